@@ -1,0 +1,23 @@
+"""accel: a hardware/software co-design toolkit for VTA-style deep-learning accelerators.
+
+The shared contract (``HwConfig``, the ISA, ``Program``) and the user's entry points.
+Heavy subsystems are imported lazily by the entry points that need them.
+"""
+
+from accel.api import run_program
+from accel.config import ConfigError, HwConfig, load_config, shipped_configs
+from accel.program import Program, ProgramError, ProgramFormatError, Region
+
+__all__ = [
+    "ConfigError",
+    "HwConfig",
+    "Program",
+    "ProgramError",
+    "ProgramFormatError",
+    "Region",
+    "load_config",
+    "run_program",
+    "shipped_configs",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,499 @@
+"""The instruction set: instruction and micro-op types, their bit layouts, and encode/decode.
+
+The bit layout of every instruction format is described once, by :class:`IsaLayout`, from the
+field widths a :class:`~accel.config.HwConfig` derives. The compiler encodes with it, the
+simulators decode with it and the RTL builds its decoder from it, so a width can never drift
+between them (VTA's Chisel and HLS designs did drift).
+
+Layout of a 128-bit instruction word, least significant bit first::
+
+    opcode:3 pop_prev:1 pop_next:1 push_prev:1 push_next:1 <format fields...> <zero padding>
+
+Formats (widths for the default config in brackets):
+
+- LOAD / STORE: mem_type:3 sram_base[12] dram_base[32] y_size[16] x_size[16] x_stride[16]
+  y_pad_0[4] y_pad_1[4] x_pad_0[4] x_pad_1[4]
+- GEMM: reset:1 uop_bgn[10] uop_end[11] iter_out[14] iter_in[14] dst_factor_out[11]
+  dst_factor_in[11] src_factor_out[12] src_factor_in[12] wgt_factor_out[10] wgt_factor_in[10]
+- ALU: alu_op:3 uop_bgn uop_end iter_out iter_in dst_factor_out dst_factor_in src_factor_out
+  src_factor_in (acc-index wide) use_imm:1 imm:16 (signed)
+- FINISH: no fields.
+
+A micro-op packs dst (acc index), src (inp index for GEMM, acc index for ALU) and wgt indices,
+dst in the least significant bits, into a 32- or 64-bit word (``HwConfig.uop_bytes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from accel.config import INSN_BITS, HwConfig
+
+__all__ = [
+    "INSN_BYTES",
+    "AluInsn",
+    "AluOp",
+    "DEP_FLAGS",
+    "EncodeError",
+    "FieldSpec",
+    "FinishInsn",
+    "GemmInsn",
+    "Insn",
+    "InsnFormat",
+    "IsaLayout",
+    "MemInsn",
+    "MemType",
+    "Module",
+    "Opcode",
+    "TokenQueue",
+    "decode_insn",
+    "decode_uops",
+    "encode_insn",
+    "encode_uops",
+    "module_of",
+]
+
+INSN_BYTES = INSN_BITS // 8
+
+
+class Opcode(enum.IntEnum):
+    LOAD = 0
+    STORE = 1
+    GEMM = 2
+    FINISH = 3
+    ALU = 4
+
+
+class MemType(enum.IntEnum):
+    UOP = 0
+    WGT = 1
+    INP = 2
+    ACC = 3
+    OUT = 4
+
+    @property
+    def buffer(self) -> str:
+        """Name of the on-chip buffer (``HwConfig.depth`` key)."""
+        return self.name.lower()
+
+
+class AluOp(enum.IntEnum):
+    MIN = 0
+    MAX = 1
+    ADD = 2
+    SHR = 3
+    MUL = 4
+
+
+class Module(enum.IntEnum):
+    """The three instruction-executing modules, in pipeline order."""
+
+    LOAD = 0
+    COMPUTE = 1
+    STORE = 2
+
+
+class TokenQueue(enum.Enum):
+    """The four dependency-token queues, named ``producer->consumer``."""
+
+    L2C = "load->compute"
+    C2L = "compute->load"
+    C2S = "compute->store"
+    S2C = "store->compute"
+
+
+DEP_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
+
+# (module, flag) -> token queue. A flag absent here is illegal on that module.
+DEP_QUEUES: dict[tuple[Module, str], TokenQueue] = {
+    (Module.LOAD, "pop_next"): TokenQueue.C2L,
+    (Module.LOAD, "push_next"): TokenQueue.L2C,
+    (Module.COMPUTE, "pop_prev"): TokenQueue.L2C,
+    (Module.COMPUTE, "pop_next"): TokenQueue.S2C,
+    (Module.COMPUTE, "push_prev"): TokenQueue.C2L,
+    (Module.COMPUTE, "push_next"): TokenQueue.C2S,
+    (Module.STORE, "pop_prev"): TokenQueue.C2S,
+    (Module.STORE, "push_prev"): TokenQueue.S2C,
+}
+
+
+class EncodeError(ValueError):
+    """A value does not fit its instruction or micro-op field."""
+
+
+# ---------------------------------------------------------------------- instructions
+@dataclass(frozen=True, kw_only=True)
+class Insn:
+    """Base of all instructions: the four dependency-token flags."""
+
+    pop_prev: bool = False
+    pop_next: bool = False
+    push_prev: bool = False
+    push_next: bool = False
+
+    opcode: ClassVar[Opcode]
+
+    def deps(self) -> tuple[str, ...]:
+        """Names of the dependency flags that are set."""
+        return tuple(f for f in DEP_FLAGS if getattr(self, f))
+
+    def with_deps(self, **flags: bool) -> Insn:
+        """A copy with some dependency flags changed."""
+        return dataclasses.replace(self, **flags)
+
+    @property
+    def mnemonic(self) -> str:
+        return self.opcode.name
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemInsn(Insn):
+    """LOAD or STORE: a 2-D strided copy between DRAM and an on-chip buffer, in tiles.
+
+    A LOAD writes ``(y_pad_0 + y_size + y_pad_1)`` rows of ``(x_pad_0 + x_size + x_pad_1)``
+    elements contiguously from ``sram_base``, zeros in the pad; row ``y`` of the DRAM side
+    starts at ``dram_base + y * x_stride``. A STORE copies ``y_size x x_size`` OUT tiles.
+    Units: buffer elements (tiles, or micro-op words for UOP).
+    """
+
+    store: bool = False
+    mem_type: MemType
+    sram_base: int = 0
+    dram_base: int = 0
+    y_size: int = 1
+    x_size: int = 1
+    x_stride: int = 1
+    y_pad_0: int = 0
+    y_pad_1: int = 0
+    x_pad_0: int = 0
+    x_pad_1: int = 0
+
+    @property  # type: ignore[override]
+    def opcode(self) -> Opcode:  # type: ignore[override]
+        return Opcode.STORE if self.store else Opcode.LOAD
+
+    @property
+    def rows(self) -> int:
+        """Rows written to SRAM, padding included."""
+        return self.y_pad_0 + self.y_size + self.y_pad_1
+
+    @property
+    def cols(self) -> int:
+        """Elements per SRAM row, padding included."""
+        return self.x_pad_0 + self.x_size + self.x_pad_1
+
+    @property
+    def sram_elems(self) -> int:
+        """Elements of SRAM the instruction touches."""
+        if self.store:
+            return self.y_size * self.x_size
+        return self.rows * self.cols
+
+
+@dataclass(frozen=True, kw_only=True)
+class _LoopInsn(Insn):
+    """GEMM and ALU share the micro-op loop: for i < iter_out, j < iter_in, u in uops."""
+
+    uop_bgn: int = 0
+    uop_end: int = 1
+    iter_out: int = 1
+    iter_in: int = 1
+    dst_factor_out: int = 0
+    dst_factor_in: int = 0
+    src_factor_out: int = 0
+    src_factor_in: int = 0
+
+    @property
+    def n_uops(self) -> int:
+        """Micro-ops the instruction executes: iterations times kernel length."""
+        return self.iter_out * self.iter_in * max(0, self.uop_end - self.uop_bgn)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmInsn(_LoopInsn):
+    """``acc[dst] += inp[src] . wgt[wgt]^T`` (or ``acc[dst] = 0`` with ``reset``)."""
+
+    opcode: ClassVar[Opcode] = Opcode.GEMM
+    reset: bool = False
+    wgt_factor_out: int = 0
+    wgt_factor_in: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AluInsn(_LoopInsn):
+    """``acc[dst] = op(acc[dst], imm if use_imm else acc[src])`` elementwise, int32."""
+
+    opcode: ClassVar[Opcode] = Opcode.ALU
+    alu_op: AluOp
+    use_imm: bool = False
+    imm: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinishInsn(Insn):
+    """End of the program (executed by the compute module)."""
+
+    opcode: ClassVar[Opcode] = Opcode.FINISH
+
+
+def module_of(insn: Insn) -> Module:
+    """Which module's command queue fetch routes ``insn`` to."""
+    if isinstance(insn, MemInsn):
+        if insn.store:
+            return Module.STORE
+        if insn.mem_type in (MemType.INP, MemType.WGT):
+            return Module.LOAD
+    return Module.COMPUTE
+
+
+# ---------------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class FieldSpec:
+    """One bit field: ``width`` bits from ``lsb`` of the instruction word."""
+
+    name: str
+    width: int
+    lsb: int
+    signed: bool = False
+
+    @property
+    def lo(self) -> int:
+        return -(1 << (self.width - 1)) if self.signed else 0
+
+    @property
+    def hi(self) -> int:
+        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
+
+
+@dataclass(frozen=True)
+class InsnFormat:
+    """The ordered fields of one instruction format."""
+
+    name: str
+    fields: tuple[FieldSpec, ...]
+
+    @property
+    def total_bits(self) -> int:
+        return self.fields[-1].lsb + self.fields[-1].width
+
+    def widths_text(self) -> str:
+        return " ".join(f"{f.name}:{f.width}" for f in self.fields)
+
+    def field(self, name: str) -> FieldSpec:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.name} has no field {name!r}")
+
+
+def _fields(spec: Sequence[tuple[str, int] | tuple[str, int, bool]]) -> tuple[FieldSpec, ...]:
+    out, lsb = [], 0
+    for item in spec:
+        name, width = item[0], item[1]
+        signed = bool(item[2]) if len(item) > 2 else False
+        out.append(FieldSpec(name, width, lsb, signed))
+        lsb += width
+    return tuple(out)
+
+
+class IsaLayout:
+    """Bit layouts of every instruction format and of the micro-op, for one config.
+
+    Use :meth:`of` (cached per config). ``formats`` maps each :class:`Opcode` to its
+    :class:`InsnFormat`; ``uop`` is the micro-op's format.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        isa = cfg.isa
+        header = [("opcode", 3)] + [(f, 1) for f in DEP_FLAGS]
+        loop = [
+            ("uop_bgn", cfg.uop_index_bits),
+            ("uop_end", cfg.uop_index_bits + 1),
+            ("iter_out", isa.iter_bits),
+            ("iter_in", isa.iter_bits),
+            ("dst_factor_out", cfg.acc_index_bits),
+            ("dst_factor_in", cfg.acc_index_bits),
+        ]
+        mem = _fields([
+            *header,
+            ("mem_type", 3),
+            ("sram_base", cfg.sram_index_bits),
+            ("dram_base", isa.dram_addr_bits),
+            ("y_size", isa.size_bits),
+            ("x_size", isa.size_bits),
+            ("x_stride", isa.size_bits),
+            ("y_pad_0", isa.pad_bits),
+            ("y_pad_1", isa.pad_bits),
+            ("x_pad_0", isa.pad_bits),
+            ("x_pad_1", isa.pad_bits),
+        ])
+        gemm = _fields([
+            *header,
+            ("reset", 1),
+            *loop,
+            ("src_factor_out", cfg.inp_index_bits),
+            ("src_factor_in", cfg.inp_index_bits),
+            ("wgt_factor_out", cfg.wgt_index_bits),
+            ("wgt_factor_in", cfg.wgt_index_bits),
+        ])
+        alu = _fields([
+            *header,
+            ("alu_op", 3),
+            *loop,
+            ("src_factor_out", cfg.acc_index_bits),
+            ("src_factor_in", cfg.acc_index_bits),
+            ("use_imm", 1),
+            ("imm", isa.imm_bits, True),
+        ])
+        self.formats: dict[Opcode, InsnFormat] = {
+            Opcode.LOAD: InsnFormat("LOAD", mem),
+            Opcode.STORE: InsnFormat("STORE", mem),
+            Opcode.GEMM: InsnFormat("GEMM", gemm),
+            Opcode.FINISH: InsnFormat("FINISH", _fields(header)),
+            Opcode.ALU: InsnFormat("ALU", alu),
+        }
+        self.uop = InsnFormat(
+            "UOP",
+            _fields([
+                ("dst", cfg.acc_index_bits),
+                ("src", cfg.src_index_bits),
+                ("wgt", cfg.wgt_index_bits),
+            ]),
+        )
+        self.uop_bytes = cfg.uop_bytes
+
+    @staticmethod
+    @functools.lru_cache(maxsize=64)
+    def of(cfg: HwConfig) -> IsaLayout:
+        """The (cached) layout for ``cfg``."""
+        return IsaLayout(cfg)
+
+
+_CLASS_OF = {
+    Opcode.LOAD: MemInsn,
+    Opcode.STORE: MemInsn,
+    Opcode.GEMM: GemmInsn,
+    Opcode.FINISH: FinishInsn,
+    Opcode.ALU: AluInsn,
+}
+
+
+def _field_value(insn: Insn, name: str) -> int:
+    if name == "opcode":
+        return int(insn.opcode)
+    return int(getattr(insn, name))
+
+
+def encode_insn(insn: Insn, cfg: HwConfig) -> int:
+    """Encode one instruction as a 128-bit integer.
+
+    Raises
+    ------
+    EncodeError
+        A field's value does not fit its width; the message names the field, its width and the
+        value.
+    """
+    fmt = IsaLayout.of(cfg).formats[insn.opcode]
+    word = 0
+    for f in fmt.fields:
+        value = _field_value(insn, f.name)
+        if not f.lo <= value <= f.hi:
+            raise EncodeError(
+                f"{fmt.name}.{f.name} = {value} does not fit its {f.width}-bit "
+                f"{'signed ' if f.signed else ''}field ({f.lo}..{f.hi})"
+            )
+        word |= (value & ((1 << f.width) - 1)) << f.lsb
+    return word
+
+
+class DecodeError(ValueError):
+    """An instruction word that no instruction encodes to."""
+
+
+def decode_insn(word: int, cfg: HwConfig) -> Insn:
+    """Decode a 128-bit instruction word.
+
+    Raises
+    ------
+    DecodeError
+        Unknown opcode or memory type or ALU opcode, or non-zero bits beyond the format.
+    """
+    layout = IsaLayout.of(cfg)
+    raw_op = word & 0x7
+    try:
+        opcode = Opcode(raw_op)
+    except ValueError:
+        raise DecodeError(f"unknown opcode {raw_op}") from None
+    fmt = layout.formats[opcode]
+    if word >> fmt.total_bits:
+        raise DecodeError(f"{fmt.name} has non-zero bits above bit {fmt.total_bits - 1}")
+    kwargs: dict[str, Any] = {}
+    for f in fmt.fields[1:]:
+        value = (word >> f.lsb) & ((1 << f.width) - 1)
+        if f.signed and value >> (f.width - 1):
+            value -= 1 << f.width
+        kwargs[f.name] = value
+    for flag in (*DEP_FLAGS, "reset", "use_imm"):
+        if flag in kwargs:
+            kwargs[flag] = bool(kwargs[flag])
+    if opcode in (Opcode.LOAD, Opcode.STORE):
+        try:
+            kwargs["mem_type"] = MemType(kwargs["mem_type"])
+        except ValueError:
+            raise DecodeError(f"unknown memory type {kwargs['mem_type']}") from None
+        kwargs["store"] = opcode is Opcode.STORE
+    if opcode is Opcode.ALU:
+        try:
+            kwargs["alu_op"] = AluOp(kwargs["alu_op"])
+        except ValueError:
+            raise DecodeError(f"unknown ALU opcode {kwargs['alu_op']}") from None
+    return _CLASS_OF[opcode](**kwargs)
+
+
+def insn_fields(insn: Insn, cfg: HwConfig) -> Iterator[tuple[FieldSpec, int]]:
+    """The (field, value) pairs of ``insn`` after the opcode, in layout order."""
+    fmt = IsaLayout.of(cfg).formats[insn.opcode]
+    for f in fmt.fields[1:]:
+        yield f, _field_value(insn, f.name)
+
+
+def encode_uops(uops: np.ndarray, cfg: HwConfig) -> np.ndarray:
+    """Pack an ``(n, 3)`` array of (dst, src, wgt) indices into uint32 or uint64 words.
+
+    Raises
+    ------
+    EncodeError
+        An index does not fit its field; names the micro-op and the field.
+    """
+    fmt = IsaLayout.of(cfg).uop
+    arr = np.asarray(uops, dtype=np.int64).reshape(-1, 3)
+    word_t = np.uint32 if cfg.uop_bytes == 4 else np.uint64
+    words = np.zeros(len(arr), dtype=np.uint64)
+    for col, f in enumerate(fmt.fields):
+        values = arr[:, col]
+        bad = np.flatnonzero((values < 0) | (values > f.hi))
+        if bad.size:
+            i = int(bad[0])
+            raise EncodeError(
+                f"uop {i}: {f.name} = {int(values[i])} does not fit its {f.width}-bit field "
+                f"(0..{f.hi})"
+            )
+        words |= values.astype(np.uint64) << np.uint64(f.lsb)
+    return words.astype(word_t)
+
+
+def decode_uops(words: np.ndarray, cfg: HwConfig) -> np.ndarray:
+    """Unpack micro-op words into an ``(n, 3)`` int64 array of (dst, src, wgt)."""
+    fmt = IsaLayout.of(cfg).uop
+    w = np.asarray(words).astype(np.uint64)
+    out = np.empty((len(w), 3), dtype=np.int64)
+    for col, f in enumerate(fmt.fields):
+        out[:, col] = ((w >> np.uint64(f.lsb)) & np.uint64((1 << f.width) - 1)).astype(np.int64)
+    return out

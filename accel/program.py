@@ -1,0 +1,616 @@
+"""Programs: instructions, micro-ops and DRAM layout; binary files and assembly text.
+
+A :class:`Program` is what the compiler emits and what every backend runs. It carries the
+config it was built for, its instruction list, its micro-op table (placed in DRAM at the
+``uop_region``), and the named DRAM regions of its tensors, so that a program file is
+self-contained.
+
+Binary file format (little-endian)::
+
+    magic   8 bytes  b"ACCELPRG"
+    version u16      1
+    reserved u16     0
+    hlen    u32      length of the JSON header
+    header  hlen     UTF-8 JSON: config, n_insns, n_uops, uop_bytes, regions, uop_region, meta
+    insns   16 * n_insns
+    uops    uop_bytes * n_uops
+    crc32   u32      of everything before it
+
+The assembly text form (``accel disasm`` / ``accel asm``) round-trips to identical bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel.config import ConfigError, HwConfig, load_config, shipped_configs
+from accel.isa import (
+    DEP_FLAGS,
+    DEP_QUEUES,
+    INSN_BYTES,
+    AluInsn,
+    AluOp,
+    DecodeError,
+    EncodeError,
+    FinishInsn,
+    GemmInsn,
+    Insn,
+    IsaLayout,
+    MemInsn,
+    MemType,
+    Module,
+    Opcode,
+    TokenQueue,
+    decode_insn,
+    decode_uops,
+    encode_insn,
+    encode_uops,
+    insn_fields,
+    module_of,
+)
+
+__all__ = [
+    "AsmError",
+    "Program",
+    "ProgramError",
+    "ProgramFormatError",
+    "Region",
+    "assemble",
+    "disassemble",
+]
+
+MAGIC = b"ACCELPRG"
+VERSION = 1
+_HEAD = struct.Struct("<8sHHI")
+
+
+class ProgramError(ValueError):
+    """An invalid program: the message names the instruction index and what is wrong."""
+
+
+class ProgramFormatError(ValueError):
+    """A corrupt, truncated or mismatched program file."""
+
+
+class AsmError(ValueError):
+    """A syntax or value error in assembly text; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """A named DRAM region: ``nbytes`` bytes from byte ``offset``.
+
+    ``shape``, ``dtype`` and ``layout`` describe the tensor stored there when there is one
+    (layout strings such as ``"NCHW1n8c"`` name the blocked layouts of :mod:`sim.dram`).
+    """
+
+    name: str
+    offset: int
+    nbytes: int
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    layout: str | None = None
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"name": self.name, "offset": self.offset, "nbytes": self.nbytes}
+        if self.shape is not None:
+            d["shape"] = list(self.shape)
+        if self.dtype is not None:
+            d["dtype"] = self.dtype
+        if self.layout is not None:
+            d["layout"] = self.layout
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Region:
+        shape = d.get("shape")
+        return cls(
+            name=str(d["name"]),
+            offset=int(d["offset"]),
+            nbytes=int(d["nbytes"]),
+            shape=tuple(int(s) for s in shape) if shape is not None else None,
+            dtype=d.get("dtype"),
+            layout=d.get("layout"),
+        )
+
+
+@dataclass
+class Program:
+    """A program for one config.
+
+    Attributes
+    ----------
+    config
+        The hardware it was built for.
+    insns
+        Instructions in program order.
+    uops
+        ``(n, 3)`` int64 micro-op table of (dst, src, wgt) indices. LOAD UOP instructions copy
+        from it: its first entry sits at byte ``regions[uop_region].offset`` of DRAM.
+    regions
+        Named DRAM regions, by name.
+    uop_region
+        Name of the region that holds the micro-op table (required when there are micro-ops).
+    meta
+        Free-form JSON-able metadata (operator, knobs, ...).
+    """
+
+    config: HwConfig
+    insns: list[Insn]
+    uops: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), dtype=np.int64))
+    regions: dict[str, Region] = field(default_factory=dict)
+    uop_region: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.insns = list(self.insns)
+        self.uops = np.asarray(self.uops, dtype=np.int64).reshape(-1, 3)
+
+    # ------------------------------------------------------------------ static checks
+    def validate(self) -> None:
+        """Check every instruction against the config.
+
+        Raises
+        ------
+        ProgramError
+            Naming the instruction index: an SRAM range outside its buffer, a memory type the
+            opcode cannot use, a dependency flag the module does not have, a micro-op range
+            outside the uop buffer, or a missing FINISH.
+        """
+        cfg = self.config
+        for i, insn in enumerate(self.insns):
+            _check_insn(i, insn, cfg)
+        if not any(isinstance(insn, FinishInsn) for insn in self.insns):
+            raise ProgramError("program has no FINISH instruction")
+        if len(self.uops):
+            if self.uop_region is None or self.uop_region not in self.regions:
+                raise ProgramError(
+                    f"program has {len(self.uops)} micro-ops but no uop region "
+                    f"(uop_region={self.uop_region!r})"
+                )
+            region = self.regions[self.uop_region]
+            need = len(self.uops) * cfg.uop_bytes
+            if region.nbytes < need or region.offset % cfg.uop_bytes:
+                raise ProgramError(
+                    f"uop region {region.name!r} ({region.nbytes} bytes at {region.offset}) "
+                    f"cannot hold {len(self.uops)} micro-ops of {cfg.uop_bytes} bytes aligned"
+                )
+
+    @property
+    def uop_dram_base(self) -> int:
+        """DRAM address of micro-op 0, in micro-op words (a LOAD UOP's ``dram_base`` unit)."""
+        if self.uop_region is None:
+            return 0
+        return self.regions[self.uop_region].offset // self.config.uop_bytes
+
+    # ------------------------------------------------------------------ binary form
+    def encode_insns(self) -> bytes:
+        """All instructions as consecutive 16-byte little-endian words.
+
+        Raises
+        ------
+        EncodeError
+            Naming the instruction index and the field that overflows.
+        """
+        out = bytearray()
+        for i, insn in enumerate(self.insns):
+            try:
+                out += encode_insn(insn, self.config).to_bytes(INSN_BYTES, "little")
+            except EncodeError as exc:
+                raise EncodeError(f"instruction {i}: {exc}") from None
+        return bytes(out)
+
+    def to_bytes(self) -> bytes:
+        """The binary program file contents."""
+        header = {
+            "config": self.config.to_dict(),
+            "config_name": self.config.name,
+            "n_insns": len(self.insns),
+            "n_uops": len(self.uops),
+            "uop_bytes": self.config.uop_bytes,
+            "regions": [r.to_dict() for r in self.regions.values()],
+            "uop_region": self.uop_region,
+            "meta": self.meta,
+        }
+        hbytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        body = bytearray(_HEAD.pack(MAGIC, VERSION, 0, len(hbytes)))
+        body += hbytes
+        body += self.encode_insns()
+        body += encode_uops(self.uops, self.config).astype(f"<u{self.config.uop_bytes}").tobytes()
+        body += struct.pack("<I", zlib.crc32(bytes(body)))
+        return bytes(body)
+
+    def save(self, path: str | Path) -> None:
+        """Write the binary program file (atomically: a failure leaves no partial file)."""
+        path = Path(path)
+        data = self.to_bytes()
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, config: HwConfig | None = None, source: str = "<bytes>"
+    ) -> Program:
+        """Parse a binary program.
+
+        Raises
+        ------
+        ProgramFormatError
+            Wrong magic or version, truncation, checksum mismatch, malformed header, a config
+            other than ``config``, or an instruction that does not decode (naming its index).
+        """
+
+        def fail(why: str) -> ProgramFormatError:
+            return ProgramFormatError(f"{source}: {why}")
+
+        if len(data) < _HEAD.size + 4:
+            raise fail(f"truncated: {len(data)} bytes is shorter than the file header")
+        magic, version, _, hlen = _HEAD.unpack_from(data)
+        if magic != MAGIC:
+            raise fail(f"not an accel program (magic {magic!r}, expected {MAGIC!r})")
+        if version != VERSION:
+            raise fail(f"unsupported program format version {version} (expected {VERSION})")
+        if _HEAD.size + hlen + 4 > len(data):
+            raise fail(f"truncated: header of {hlen} bytes runs past the end of the file")
+        (crc,) = struct.unpack_from("<I", data, len(data) - 4)
+        if zlib.crc32(data[:-4]) != crc:
+            raise fail("checksum mismatch: the file is corrupt or truncated")
+        try:
+            header = json.loads(data[_HEAD.size : _HEAD.size + hlen])
+            file_cfg = HwConfig.from_dict(header["config"], source=f"{source} header")
+            n_insns, n_uops = int(header["n_insns"]), int(header["n_uops"])
+            regions = [Region.from_dict(r) for r in header["regions"]]
+            uop_region, meta = header["uop_region"], header["meta"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise fail(f"malformed header: {exc}") from None
+        if config is not None and config != file_cfg:
+            raise fail(f"built for config {file_cfg.name}, not {config.name}")
+        cfg = config or file_cfg
+        pos = _HEAD.size + hlen
+        need = n_insns * INSN_BYTES + n_uops * cfg.uop_bytes
+        if pos + need + 4 != len(data):
+            raise fail(
+                f"size mismatch: header promises {n_insns} instructions and {n_uops} micro-ops "
+                f"({need} bytes) but {len(data) - pos - 4} bytes follow"
+            )
+        insns = []
+        for i in range(n_insns):
+            word = int.from_bytes(data[pos : pos + INSN_BYTES], "little")
+            try:
+                insns.append(decode_insn(word, cfg))
+            except DecodeError as exc:
+                raise fail(f"instruction {i}: {exc}") from None
+            pos += INSN_BYTES
+        words = np.frombuffer(data, dtype=f"<u{cfg.uop_bytes}", count=n_uops, offset=pos)
+        prog = cls(
+            config=cfg,
+            insns=insns,
+            uops=decode_uops(words, cfg),
+            regions={r.name: r for r in regions},
+            uop_region=uop_region,
+            meta=meta,
+        )
+        return prog
+
+    @classmethod
+    def load(cls, path: str | Path, config: HwConfig | None = None) -> Program:
+        """Read a binary program file (see :meth:`from_bytes` for the errors)."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ProgramFormatError(f"{path}: cannot read: {exc.strerror}") from None
+        return cls.from_bytes(data, config=config, source=str(path))
+
+    # ------------------------------------------------------------------ counts
+    def counts(self) -> dict[str, int]:
+        """Instruction counts by mnemonic (LOAD_INP, GEMM, ALU_ADD, ...)."""
+        out: dict[str, int] = {}
+        for insn in self.insns:
+            key = _count_key(insn)
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+def _count_key(insn: Insn) -> str:
+    if isinstance(insn, MemInsn):
+        return f"{insn.opcode.name}_{insn.mem_type.name}"
+    if isinstance(insn, AluInsn):
+        return f"ALU_{insn.alu_op.name}"
+    return insn.opcode.name
+
+
+def _check_insn(i: int, insn: Insn, cfg: HwConfig) -> None:
+    def fail(why: str) -> ProgramError:
+        return ProgramError(f"instruction {i} ({_count_key(insn)}): {why}")
+
+    module = module_of(insn)
+    for flag in insn.deps():
+        if (module, flag) not in DEP_QUEUES:
+            raise fail(f"{flag} is not allowed on the {module.name.lower()} module")
+    if isinstance(insn, MemInsn):
+        if insn.store and insn.mem_type is not MemType.OUT:
+            raise fail(f"STORE supports memory type OUT only, got {insn.mem_type.name}")
+        if not insn.store and insn.mem_type is MemType.OUT:
+            raise fail("LOAD cannot target the OUT buffer")
+        if insn.store and (insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1):
+            raise fail("STORE cannot pad")
+        if insn.y_size and insn.x_size:
+            depth = cfg.depth(insn.mem_type.buffer)
+            end = insn.sram_base + insn.sram_elems
+            if end > depth:
+                raise fail(
+                    f"SRAM range [{insn.sram_base}, {end}) exceeds the "
+                    f"{insn.mem_type.buffer} buffer depth {depth}"
+                )
+            if insn.y_size > 1 and insn.x_stride < insn.x_size:
+                raise fail(f"x_stride {insn.x_stride} is smaller than x_size {insn.x_size}")
+    elif isinstance(insn, (GemmInsn, AluInsn)):
+        if insn.uop_end < insn.uop_bgn or insn.uop_end > cfg.uop_depth:
+            raise fail(
+                f"micro-op range [{insn.uop_bgn}, {insn.uop_end}) is outside the uop buffer "
+                f"of depth {cfg.uop_depth}"
+            )
+        if isinstance(insn, AluInsn) and insn.alu_op is AluOp.SHR and insn.use_imm:
+            if not -31 <= insn.imm <= 31:
+                raise fail(f"SHR amount {insn.imm} is outside -31..31")
+
+
+# ---------------------------------------------------------------------- assembly text
+_BOOL_FIELDS = {*DEP_FLAGS, "reset", "use_imm"}
+
+
+def _token_effects(insn: Insn) -> list[tuple[TokenQueue, int]]:
+    module = module_of(insn)
+    effects = []
+    for flag in insn.deps():
+        queue = DEP_QUEUES.get((module, flag))
+        if queue is not None:
+            effects.append((queue, -1 if flag.startswith("pop") else 1))
+    return effects
+
+
+def _insn_text(insn: Insn, cfg: HwConfig) -> str:
+    parts = [insn.opcode.name]
+    if isinstance(insn, MemInsn):
+        parts.append(insn.mem_type.name)
+    if isinstance(insn, AluInsn):
+        parts.append(insn.alu_op.name)
+    for f, value in insn_fields(insn, cfg):
+        if f.name in ("mem_type", "alu_op"):
+            continue
+        if f.name in _BOOL_FIELDS:
+            if value:
+                parts.append(f.name)
+        elif value:
+            parts.append(f"{f.name}={value}")
+    return " ".join(parts)
+
+
+def disassemble(program: Program) -> str:
+    """Readable assembly of ``program``; :func:`assemble` turns it back into identical bytes.
+
+    Each instruction line ends with a comment giving the module it runs on and the running
+    token count of every queue after it, in program order (as VTA's instruction dump did).
+    """
+    cfg = program.config
+    lines = [
+        "; accel program",
+        f".config {cfg.name}",
+    ]
+    for r in program.regions.values():
+        extra = ""
+        if r.shape is not None:
+            extra += f" shape={'x'.join(str(s) for s in r.shape) or '-'}"
+        if r.dtype is not None:
+            extra += f" dtype={r.dtype}"
+        if r.layout is not None:
+            extra += f" layout={r.layout}"
+        lines.append(f".region {r.name} offset={r.offset} nbytes={r.nbytes}{extra}")
+    if program.uop_region is not None:
+        lines.append(f".uop_region {program.uop_region}")
+    if program.meta:
+        lines.append(f".meta {json.dumps(program.meta, sort_keys=True)}")
+    lines.append(".uops")
+    for k, (dst, src, wgt) in enumerate(program.uops.tolist()):
+        lines.append(f"  {k}: {dst} {src} {wgt}")
+    lines.append(".text")
+    tokens = {q: 0 for q in TokenQueue}
+    width = max(len(_insn_text(insn, cfg)) for insn in program.insns) if program.insns else 0
+    for k, insn in enumerate(program.insns):
+        for queue, delta in _token_effects(insn):
+            tokens[queue] += delta
+        counts = " ".join(f"{q.name.lower()}={tokens[q]}" for q in TokenQueue)
+        text = _insn_text(insn, cfg)
+        lines.append(
+            f"  {k}: {text:<{width}}  ; {module_of(insn).name.lower():<7} {counts}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _resolve_config(name: str, config: HwConfig | None, where: str) -> HwConfig:
+    if config is not None:
+        if config.name != name:
+            raise AsmError(f"{where}: .config {name} does not match the given config {config.name}")
+        return config
+    for shipped in shipped_configs():
+        cfg = load_config(shipped)
+        if cfg.name == name:
+            return cfg
+    try:
+        return load_config(name)
+    except ConfigError:
+        raise AsmError(
+            f"{where}: .config {name} is not a shipped config; pass the config explicitly"
+        ) from None
+
+
+def _parse_int(text: str, where: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise AsmError(f"{where}: expected an integer, got {text!r}") from None
+
+
+def _parse_insn(tokens: Sequence[str], cfg: HwConfig, where: str) -> Insn:
+    try:
+        opcode = Opcode[tokens[0]]
+    except KeyError:
+        raise AsmError(f"{where}: unknown opcode {tokens[0]!r}") from None
+    kwargs: dict[str, Any] = {}
+    rest = list(tokens[1:])
+    if opcode in (Opcode.LOAD, Opcode.STORE):
+        if not rest or rest[0] not in MemType.__members__:
+            raise AsmError(f"{where}: {opcode.name} needs a memory type ({', '.join(MemType.__members__)})")
+        kwargs["mem_type"] = MemType[rest.pop(0)]
+        kwargs["store"] = opcode is Opcode.STORE
+        # Unlisted size fields are zero in the text form.
+        kwargs.update(y_size=0, x_size=0, x_stride=0)
+    if opcode is Opcode.ALU:
+        if not rest or rest[0] not in AluOp.__members__:
+            raise AsmError(f"{where}: ALU needs an operation ({', '.join(AluOp.__members__)})")
+        kwargs["alu_op"] = AluOp[rest.pop(0)]
+    if opcode in (Opcode.GEMM, Opcode.ALU):
+        kwargs.update(uop_end=0, iter_out=0, iter_in=0)
+    fmt = IsaLayout.of(cfg).formats[opcode]
+    names = {f.name for f in fmt.fields[1:]} - {"mem_type", "alu_op"}
+    for tok in rest:
+        key, eq, value = tok.partition("=")
+        if key not in names:
+            raise AsmError(f"{where}: {opcode.name} has no field {key!r}")
+        if key in _BOOL_FIELDS:
+            if eq:
+                raise AsmError(f"{where}: flag {key} takes no value")
+            kwargs[key] = True
+        else:
+            if not eq:
+                raise AsmError(f"{where}: field {key} needs a value ({key}=N)")
+            kwargs[key] = _parse_int(value, where)
+    cls = {Opcode.LOAD: MemInsn, Opcode.STORE: MemInsn, Opcode.GEMM: GemmInsn,
+           Opcode.ALU: AluInsn, Opcode.FINISH: FinishInsn}[opcode]
+    insn = cls(**kwargs)
+    try:
+        encode_insn(insn, cfg)
+    except EncodeError as exc:
+        raise AsmError(f"{where}: {exc}") from None
+    return insn
+
+
+def assemble(text: str, config: HwConfig | None = None, source: str = "<asm>") -> Program:
+    """Parse assembly text (the :func:`disassemble` form) into a :class:`Program`.
+
+    Comments start with ``;``. A leading ``N:`` on a line is an index and is ignored.
+
+    Raises
+    ------
+    AsmError
+        Naming ``source`` and the line number.
+    """
+    cfg = config
+    regions: dict[str, Region] = {}
+    uops: list[tuple[int, int, int]] = []
+    insns: list[Insn] = []
+    uop_region: str | None = None
+    meta: dict[str, Any] = {}
+    section = None
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        where = f"{source}:{lineno}"
+        line = raw.split(";", 1)[0].strip()
+        if not line:
+            continue
+        head, _, body = line.partition(" ")
+        if head == ".config":
+            cfg = _resolve_config(body.strip(), config, where)
+        elif head == ".region":
+            regions.update(_parse_region(body, where))
+        elif head == ".uop_region":
+            uop_region = body.strip()
+        elif head == ".meta":
+            try:
+                meta = json.loads(body)
+            except json.JSONDecodeError as exc:
+                raise AsmError(f"{where}: .meta is not valid JSON: {exc.msg}") from None
+        elif head in (".uops", ".text"):
+            section = head
+        elif head.startswith("."):
+            raise AsmError(f"{where}: unknown directive {head}")
+        else:
+            tokens = line.split()
+            if tokens[0].endswith(":"):
+                tokens = tokens[1:]
+            if not tokens:
+                continue
+            if section == ".uops":
+                if len(tokens) != 3:
+                    raise AsmError(f"{where}: a micro-op is three integers: dst src wgt")
+                dst, src, wgt = (_parse_int(t, where) for t in tokens)
+                uops.append((dst, src, wgt))
+            elif section == ".text":
+                if cfg is None:
+                    cfg = load_config()
+                insns.append(_parse_insn(tokens, cfg, where))
+            else:
+                raise AsmError(f"{where}: instruction outside .text or .uops")
+    if cfg is None:
+        cfg = load_config()
+    uop_arr = np.array(uops, dtype=np.int64).reshape(-1, 3)
+    try:
+        encode_uops(uop_arr, cfg)
+    except EncodeError as exc:
+        raise AsmError(f"{source}: {exc}") from None
+    return Program(cfg, insns, uop_arr, regions, uop_region, meta)
+
+
+def _parse_region(body: str, where: str) -> dict[str, Region]:
+    tokens = body.split()
+    if not tokens:
+        raise AsmError(f"{where}: .region needs a name")
+    name = tokens[0]
+    fields_: dict[str, str] = {}
+    for tok in tokens[1:]:
+        key, eq, value = tok.partition("=")
+        if not eq or key not in ("offset", "nbytes", "shape", "dtype", "layout"):
+            raise AsmError(f"{where}: bad .region field {tok!r}")
+        fields_[key] = value
+    if "offset" not in fields_ or "nbytes" not in fields_:
+        raise AsmError(f"{where}: .region {name} needs offset= and nbytes=")
+    shape = None
+    if "shape" in fields_:
+        shape = () if fields_["shape"] == "-" else tuple(
+            _parse_int(s, where) for s in fields_["shape"].split("x")
+        )
+    region = Region(
+        name,
+        _parse_int(fields_["offset"], where),
+        _parse_int(fields_["nbytes"], where),
+        shape,
+        fields_.get("dtype"),
+        fields_.get("layout"),
+    )
+    return {name: region}
+
+
+def token_trace(insns: Iterable[Insn]) -> list[dict[TokenQueue, int]]:
+    """Running token counts per queue after each instruction, in program order."""
+    tokens = {q: 0 for q in TokenQueue}
+    out = []
+    for insn in insns:
+        for queue, delta in _token_effects(insn):
+            tokens[queue] += delta
+        out.append(dict(tokens))
+    return out
+
+
+__all__ += ["Module", "token_trace"]

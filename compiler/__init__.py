@@ -1,0 +1,1 @@
+"""Compiler: tensor expressions, schedules, loop-nest IR passes, graph passes, tuning."""

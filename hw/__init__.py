@@ -1,0 +1,1 @@
+"""Amaranth RTL model of the accelerator."""

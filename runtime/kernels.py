@@ -1,0 +1,677 @@
+"""numpy int8 operator kernels: the CPU fallback and the semantic oracle (DESIGN.md §4).
+
+Every accelerator backend (functional sim, timing sim, RTL sim, GPU) must return arrays that are
+identical to the ones these kernels return. The semantics, in one place:
+
+- activations are int8 NCHW, conv weights int8 OIHW, bias int32 per output channel;
+- conv2d / matmul accumulate in int32 with two's-complement wrap-around, add the bias (int32
+  wrap-around), shift right arithmetically by ``shift`` (floor), apply ReLU if asked, clip to
+  [-128, 127] and cast to int8 (see `requantize`, the one shared tail);
+- pooling pads max-pool windows with -128 and avg-pool windows with 0 (count_include_pad);
+  averages are floor divisions.
+
+The fast path is im2col (``sliding_window_view``, no Python loop over pixels) followed by a float
+BLAS GEMM that is exact: float32 with the reduction split into chunks of at most
+`FLOAT32_CHUNK_K` products, whose sums (|sum| <= 1024 * 2**14 = 2**24) float32 holds exactly, the
+chunk sums being accumulated in float64 (exact below 2**53). The exact integer result is then
+wrapped to int32.
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+from collections.abc import Sequence
+from typing import Any, TypeGuard
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from numpy.typing import NDArray
+
+__all__ = [
+    "FLOAT32_CHUNK_K",
+    "add",
+    "avg_pool2d",
+    "conv2d",
+    "conv2d_acc",
+    "dense",
+    "global_avg_pool",
+    "matmul",
+    "matmul_acc",
+    "max_pool2d",
+    "relu",
+    "requantize",
+]
+
+#: Largest reduction length that one float32 GEMM may sum: 1024 products of at most
+#: (-128) * (-128) = 2**14 sum to at most 2**24, the largest range float32 holds exactly.
+FLOAT32_CHUNK_K = 1024
+
+#: Largest reduction length for which one float64 GEMM is exact (K * 2**14 < 2**53).
+_FLOAT64_EXACT_K = 2**39 - 1
+
+_INT8_MIN = -128
+_INT8_MAX = 127
+_MAX_SHIFT = 31
+
+Pair = int | tuple[int, int]
+
+
+# --------------------------------------------------------------------------- validation helpers
+
+
+def _describe(value: object) -> str:
+    """Say what a received value is, for error messages: dtype and shape, or type name."""
+    if isinstance(value, np.ndarray):
+        return f"{value.dtype} with shape {value.shape}"
+    return f"{type(value).__name__}"
+
+
+def _is_int(value: object) -> TypeGuard[numbers.Integral]:
+    """True for Python and numpy integers, False for bools (``True`` is not a stride)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
+
+
+def _check_array(
+    op: str, name: str, value: object, dtype: type[np.generic], ndim: int | None, layout: str
+) -> NDArray:
+    """Check that ``value`` is a numpy array of ``dtype`` (TypeError) and ``ndim`` (ValueError)."""
+    wanted = f"{np.dtype(dtype).name} {layout}".rstrip()
+    message = f"{op}: {name} must be {wanted}, got {_describe(value)}"
+    if not isinstance(value, np.ndarray) or value.dtype != dtype:
+        raise TypeError(message)
+    if ndim is not None and value.ndim != ndim:
+        raise ValueError(message)
+    return value
+
+
+def _check_bias(op: str, bias: object, channels: int) -> NDArray[np.int32] | None:
+    """Check an optional int32 bias of shape ``(channels,)``."""
+    if bias is None:
+        return None
+    message = f"{op}: bias must be int32 of shape ({channels},), got {_describe(bias)}"
+    if not isinstance(bias, np.ndarray) or bias.dtype != np.int32:
+        raise TypeError(message)
+    if bias.shape != (channels,):
+        raise ValueError(message)
+    return bias
+
+
+def _check_shift(op: str, shift: object) -> int:
+    """Check a right-shift amount: an int in 0..31."""
+    message = f"{op}: shift must be an int in 0..{_MAX_SHIFT}, got {shift!r}"
+    if not _is_int(shift):
+        raise TypeError(message)
+    if not 0 <= int(shift) <= _MAX_SHIFT:
+        raise ValueError(message)
+    return int(shift)
+
+
+def _pair(op: str, name: str, value: object, minimum: int) -> tuple[int, int]:
+    """Turn an int or an (h, w) pair into an (h, w) tuple of ints, each >= ``minimum``."""
+    kind = "positive" if minimum == 1 else "non-negative"
+    message = f"{op}: {name} must be a {kind} int or an (h, w) pair of them, got {value!r}"
+    if _is_int(value):
+        items: Sequence[Any] = (value, value)
+    elif isinstance(value, tuple | list) and len(value) == 2:
+        items = value
+    else:
+        raise TypeError(message)
+    if not all(_is_int(v) for v in items):
+        raise TypeError(message)
+    pair = (int(items[0]), int(items[1]))
+    if min(pair) < minimum:
+        raise ValueError(message)
+    return pair
+
+
+def _check_flag(op: str, name: str, value: object) -> bool:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
+def _output_size(
+    op: str, in_hw: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+    padding: tuple[int, int],
+) -> tuple[int, int]:
+    """Output (height, width) of a sliding window; ValueError if the kernel doesn't fit."""
+    padded = (in_hw[0] + 2 * padding[0], in_hw[1] + 2 * padding[1])
+    if kernel[0] > padded[0] or kernel[1] > padded[1]:
+        raise ValueError(
+            f"{op}: kernel {kernel[0]}x{kernel[1]} must fit the padded input, got padded input "
+            f"{padded[0]}x{padded[1]} (input {in_hw[0]}x{in_hw[1]}, padding {padding})"
+        )
+    return (
+        (padded[0] - kernel[0]) // stride[0] + 1,
+        (padded[1] - kernel[1]) // stride[1] + 1,
+    )
+
+
+# --------------------------------------------------------------------------- exact int GEMM
+
+
+def _wrap_int32(exact: NDArray[np.int64]) -> NDArray[np.int32]:
+    """Two's-complement wrap of exact int64 values to int32 (integer casts are modular)."""
+    return exact.astype(np.uint32).view(np.int32)
+
+
+def _exact_gemm(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.int32]:
+    """Integer GEMM of int8-valued float matrices through float BLAS, wrapped to int32.
+
+    Parameters
+    ----------
+    a : ndarray, shape (M, K), float32
+        Holds int8 values only.
+    b : ndarray, shape (K, N), float32
+        Holds int8 values only.
+
+    Returns
+    -------
+    ndarray, shape (M, N), int32
+        ``sum_k a[m, k] * b[k, n]`` with int32 wrap-around.
+    """
+    k = a.shape[1]
+    if k <= FLOAT32_CHUNK_K:
+        # |sum| <= 2**24: the float32 result is exact and fits int32 without wrapping.
+        return np.matmul(a, b).astype(np.int32)
+    # Equal-sized chunks keep every GEMM about as deep, so none of them is a thin leftover.
+    n_chunks = -(-k // FLOAT32_CHUNK_K)
+    bounds = np.linspace(0, k, n_chunks + 1).round().astype(np.int64)
+    total = np.zeros((a.shape[0], b.shape[1]), dtype=np.float64)
+    chunk = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
+    for lo, hi in itertools.pairwise(bounds.tolist()):
+        np.matmul(a[:, lo:hi], b[lo:hi], out=chunk)
+        total += chunk
+    # Chunk sums are exact integers and their float64 sum stays exact while K < 2**39, which no
+    # array that fits in memory reaches.
+    assert k <= _FLOAT64_EXACT_K
+    return _wrap_int32(total.astype(np.int64))
+
+
+# --------------------------------------------------------------------------- requantize
+
+
+def requantize(
+    acc: NDArray[np.int32],
+    shift: int,
+    relu: bool = False,
+    bias: NDArray[np.int32] | None = None,
+    axis: int = 1,
+) -> NDArray[np.int8]:
+    """Requantize an int32 accumulator to int8: the shared tail of conv2d, matmul and add.
+
+    ``out = clip(relu?((acc + bias) >> shift), -128, 127).astype(int8)``, where the bias add
+    wraps around in int32 and ``>>`` is an arithmetic (floor) shift.
+
+    Parameters
+    ----------
+    acc : ndarray, int32, any shape
+        Accumulator values.
+    shift : int
+        Right-shift amount in bits, 0..31.
+    relu : bool
+        Apply ``max(., 0)`` after the shift.
+    bias : ndarray, shape (acc.shape[axis],), int32, optional
+        Added along ``axis`` (per output channel), before the shift.
+    axis : int
+        Axis of ``acc`` the bias runs along: 1 for NCHW and for (M, N) matmul outputs.
+
+    Returns
+    -------
+    ndarray, int8, same shape as ``acc``
+
+    Raises
+    ------
+    TypeError
+        ``acc`` or ``bias`` is not an int32 array, ``shift`` not an int, ``relu`` not a bool.
+    ValueError
+        ``shift`` outside 0..31, ``axis`` out of range, bias length differs from the axis.
+    """
+    op = "requantize"
+    acc = _check_array(op, "acc", acc, np.int32, None, "array")
+    shift = _check_shift(op, shift)
+    relu = _check_flag(op, "relu", relu)
+    out = acc
+    if bias is not None:
+        if not _is_int(axis) or not -acc.ndim <= axis < acc.ndim:
+            raise ValueError(
+                f"{op}: axis must be an int in {-acc.ndim}..{acc.ndim - 1} for an acc of shape "
+                f"{acc.shape}, got {axis!r}"
+            )
+        bias = _check_bias(op, bias, acc.shape[axis])
+        shape = [1] * acc.ndim
+        shape[axis] = acc.shape[axis]
+        # int32 array + int32 array wraps around in numpy, as the accumulator does in hardware.
+        out = out + bias.reshape(shape)
+    if shift:
+        out = out >> np.int32(shift)
+    if relu:
+        out = np.maximum(out, np.int32(0))
+    return np.clip(out, _INT8_MIN, _INT8_MAX).astype(np.int8)
+
+
+def relu(x: NDArray[np.int8]) -> NDArray[np.int8]:
+    """ReLU on int8: ``max(x, 0)``, any shape.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an int8 array.
+    """
+    x = _check_array("relu", "x", x, np.int8, None, "array")
+    return np.maximum(x, np.int8(0))
+
+
+# --------------------------------------------------------------------------- conv2d
+
+
+def _im2col(
+    x: NDArray[np.int8], kernel: tuple[int, int], stride: tuple[int, int],
+    padding: tuple[int, int], out_hw: tuple[int, int],
+) -> NDArray[np.float32]:
+    """im2col of an NCHW int8 input into a float32 matrix.
+
+    Returns
+    -------
+    ndarray, shape (C * KH * KW, N * OH * OW), float32
+        Rows ordered (c, kh, kw) like an OIHW weight flattened per output channel; columns
+        ordered (n, oh, ow).
+    """
+    n, c = x.shape[:2]
+    xf = x.astype(np.float32)
+    if padding != (0, 0):
+        pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
+        xf = np.pad(xf, pads)
+    windows = sliding_window_view(xf, kernel, axis=(2, 3))  # (N, C, H', W', KH, KW)
+    windows = windows[:, :, :: stride[0], :: stride[1]][:, :, : out_hw[0], : out_hw[1]]
+    cols = windows.transpose(1, 4, 5, 0, 2, 3)  # (C, KH, KW, N, OH, OW)
+    return cols.reshape(c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1])
+
+
+def _check_conv(
+    op: str, x: object, w: object, stride: object, padding: object
+) -> tuple[NDArray[np.int8], NDArray[np.int8], tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """Validate conv2d operands; return x, w, stride, padding and output (OH, OW)."""
+    x = _check_array(op, "x", x, np.int8, 4, "NCHW")
+    w = _check_array(op, "w", w, np.int8, 4, "OIHW")
+    if w.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"{op}: w must have {x.shape[1]} input channels to match x of shape {x.shape}, "
+            f"got w of shape {w.shape}"
+        )
+    if w.shape[2] < 1 or w.shape[3] < 1:
+        raise ValueError(f"{op}: w must have a kernel of at least 1x1, got w of shape {w.shape}")
+    stride_hw = _pair(op, "stride", stride, 1)
+    padding_hw = _pair(op, "padding", padding, 0)
+    kernel = (int(w.shape[2]), int(w.shape[3]))
+    out_hw = _output_size(op, (x.shape[2], x.shape[3]), kernel, stride_hw, padding_hw)
+    return x, w, stride_hw, padding_hw, out_hw
+
+
+def conv2d_acc(
+    x: NDArray[np.int8], w: NDArray[np.int8], stride: Pair = 1, padding: Pair = 0
+) -> NDArray[np.int32]:
+    """Raw int32 accumulator of a 2-D convolution (cross-correlation, zero padding).
+
+    ``acc[n, o, i, j] = sum_{c, kh, kw} x_pad[n, c, i*sh + kh, j*sw + kw] * w[o, c, kh, kw]``
+    with two's-complement int32 wrap-around.
+
+    Parameters
+    ----------
+    x : ndarray, shape (N, C, H, W), int8
+        Input activations.
+    w : ndarray, shape (OC, C, KH, KW), int8
+        Weights.
+    stride : int or (int, int)
+        Window step (sh, sw) in pixels, >= 1.
+    padding : int or (int, int)
+        Zero padding (ph, pw) in pixels added on both sides, >= 0.
+
+    Returns
+    -------
+    ndarray, shape (N, OC, OH, OW), int32
+        ``OH = (H + 2*ph - KH) // sh + 1``, ``OW`` likewise.
+
+    Raises
+    ------
+    TypeError
+        ``x`` or ``w`` is not an int8 array; stride / padding not ints or pairs of ints.
+    ValueError
+        Wrong ndim, channel mismatch, empty kernel, stride < 1, padding < 0, kernel larger than
+        the padded input.
+    """
+    x, w, stride_hw, padding_hw, out_hw = _check_conv("conv2d_acc", x, w, stride, padding)
+    return _conv2d_acc(x, w, stride_hw, padding_hw, out_hw)
+
+
+def _conv2d_acc(
+    x: NDArray[np.int8], w: NDArray[np.int8], stride: tuple[int, int],
+    padding: tuple[int, int], out_hw: tuple[int, int],
+) -> NDArray[np.int32]:
+    oc, _, kh, kw = w.shape
+    cols = _im2col(x, (kh, kw), stride, padding, out_hw)
+    weights = w.reshape(oc, -1).astype(np.float32)
+    acc = _exact_gemm(weights, cols)  # (OC, N * OH * OW)
+    acc = acc.reshape(oc, x.shape[0], out_hw[0], out_hw[1]).transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(acc)
+
+
+def conv2d(
+    x: NDArray[np.int8],
+    w: NDArray[np.int8],
+    bias: NDArray[np.int32] | None = None,
+    stride: Pair = 1,
+    padding: Pair = 0,
+    shift: int = 0,
+    relu: bool = False,
+) -> NDArray[np.int8]:
+    """Quantized 2-D convolution: `conv2d_acc`, then `requantize` (bias, shift, ReLU, clip).
+
+    Parameters
+    ----------
+    x : ndarray, shape (N, C, H, W), int8
+        Input activations.
+    w : ndarray, shape (OC, C, KH, KW), int8
+        Weights.
+    bias : ndarray, shape (OC,), int32, optional
+        Per-output-channel bias, added to the accumulator with int32 wrap-around.
+    stride : int or (int, int)
+        Window step (sh, sw) in pixels, >= 1.
+    padding : int or (int, int)
+        Zero padding (ph, pw) in pixels added on both sides, >= 0.
+    shift : int
+        Arithmetic right shift in bits, 0..31.
+    relu : bool
+        Apply ReLU after the shift.
+
+    Returns
+    -------
+    ndarray, shape (N, OC, OH, OW), int8
+
+    Raises
+    ------
+    TypeError
+        An operand of the wrong dtype or type (see `conv2d_acc`, `requantize`).
+    ValueError
+        Wrong ndim, channel mismatch, bad stride / padding, kernel larger than the padded input,
+        bias of the wrong length, shift outside 0..31.
+    """
+    op = "conv2d"
+    x, w, stride_hw, padding_hw, out_hw = _check_conv(op, x, w, stride, padding)
+    bias = _check_bias(op, bias, w.shape[0])
+    shift = _check_shift(op, shift)
+    relu = _check_flag(op, "relu", relu)
+    acc = _conv2d_acc(x, w, stride_hw, padding_hw, out_hw)
+    return requantize(acc, shift, relu=relu, bias=bias, axis=1)
+
+
+# --------------------------------------------------------------------------- matmul / dense
+
+
+def _check_matmul(op: str, a: object, b: object, b_name: str) -> tuple[NDArray, NDArray]:
+    a = _check_array(op, "a" if b_name == "b" else "x", a, np.int8, 2, "(M, K)")
+    layout = "(K, N)" if b_name == "b" else "(N, K)"
+    b = _check_array(op, b_name, b, np.int8, 2, layout)
+    k_axis = 0 if b_name == "b" else 1
+    if b.shape[k_axis] != a.shape[1]:
+        raise ValueError(
+            f"{op}: {b_name} must be {layout} with K={a.shape[1]} to match {a.shape}, "
+            f"got {b_name} of shape {b.shape}"
+        )
+    return a, b
+
+
+def matmul_acc(a: NDArray[np.int8], b: NDArray[np.int8]) -> NDArray[np.int32]:
+    """Raw int32 accumulator of an int8 matrix product, with int32 wrap-around.
+
+    Parameters
+    ----------
+    a : ndarray, shape (M, K), int8
+    b : ndarray, shape (K, N), int8
+
+    Returns
+    -------
+    ndarray, shape (M, N), int32
+
+    Raises
+    ------
+    TypeError
+        ``a`` or ``b`` is not an int8 array.
+    ValueError
+        Not 2-D, or the inner dimensions differ.
+    """
+    a, b = _check_matmul("matmul_acc", a, b, "b")
+    return _exact_gemm(a.astype(np.float32), b.astype(np.float32))
+
+
+def _matmul_requant(
+    op: str, a: NDArray[np.int8], b: NDArray[np.int8], bias: object, shift: object,
+    relu: object,
+) -> NDArray[np.int8]:
+    bias = _check_bias(op, bias, b.shape[1])
+    shift = _check_shift(op, shift)
+    relu = _check_flag(op, "relu", relu)
+    acc = _exact_gemm(a.astype(np.float32), b.astype(np.float32))
+    return requantize(acc, shift, relu=relu, bias=bias, axis=1)
+
+
+def matmul(
+    a: NDArray[np.int8],
+    b: NDArray[np.int8],
+    bias: NDArray[np.int32] | None = None,
+    shift: int = 0,
+    relu: bool = False,
+) -> NDArray[np.int8]:
+    """Quantized matrix product: `matmul_acc`, then `requantize` (bias, shift, ReLU, clip).
+
+    Parameters
+    ----------
+    a : ndarray, shape (M, K), int8
+    b : ndarray, shape (K, N), int8
+    bias : ndarray, shape (N,), int32, optional
+        Per-output-column bias, added with int32 wrap-around.
+    shift : int
+        Arithmetic right shift in bits, 0..31.
+    relu : bool
+        Apply ReLU after the shift.
+
+    Returns
+    -------
+    ndarray, shape (M, N), int8
+
+    Raises
+    ------
+    TypeError
+        An operand of the wrong dtype or type.
+    ValueError
+        Not 2-D, inner dimensions differ, bias of the wrong length, shift outside 0..31.
+    """
+    a, b = _check_matmul("matmul", a, b, "b")
+    return _matmul_requant("matmul", a, b, bias, shift, relu)
+
+
+def dense(
+    x: NDArray[np.int8],
+    w: NDArray[np.int8],
+    bias: NDArray[np.int32] | None = None,
+    shift: int = 0,
+    relu: bool = False,
+) -> NDArray[np.int8]:
+    """Fully connected layer with OI weights: ``matmul(x, w.T, bias, shift, relu)``.
+
+    Parameters
+    ----------
+    x : ndarray, shape (M, K), int8
+        M rows (batch) of K input features.
+    w : ndarray, shape (N, K), int8
+        N output features by K input features (OI layout).
+    bias : ndarray, shape (N,), int32, optional
+    shift : int
+        Arithmetic right shift in bits, 0..31.
+    relu : bool
+        Apply ReLU after the shift.
+
+    Returns
+    -------
+    ndarray, shape (M, N), int8
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `matmul`, with ``w``'s K on its second axis.
+    """
+    x, w = _check_matmul("dense", x, w, "w")
+    return _matmul_requant("dense", x, w.T, bias, shift, relu)
+
+
+# --------------------------------------------------------------------------- pooling
+
+
+def _pool_windows(
+    op: str, x: object, kernel: object, stride: object, padding: object, pad_value: int
+) -> NDArray[np.int8]:
+    """Validate pooling operands; return the (N, C, OH, OW, KH, KW) window view of padded x."""
+    x = _check_array(op, "x", x, np.int8, 4, "NCHW")
+    kernel_hw = _pair(op, "kernel", kernel, 1)
+    stride_hw = kernel_hw if stride is None else _pair(op, "stride", stride, 1)
+    padding_hw = _pair(op, "padding", padding, 0)
+    if padding_hw[0] >= kernel_hw[0] or padding_hw[1] >= kernel_hw[1]:
+        raise ValueError(
+            f"{op}: padding must be smaller than the kernel {kernel_hw}, got {padding_hw}"
+        )
+    out_hw = _output_size(op, (x.shape[2], x.shape[3]), kernel_hw, stride_hw, padding_hw)
+    if padding_hw != (0, 0):
+        pads = ((0, 0), (0, 0), (padding_hw[0],) * 2, (padding_hw[1],) * 2)
+        x = np.pad(x, pads, constant_values=np.int8(pad_value))
+    windows = sliding_window_view(x, kernel_hw, axis=(2, 3))
+    return windows[:, :, :: stride_hw[0], :: stride_hw[1]][:, :, : out_hw[0], : out_hw[1]]
+
+
+def max_pool2d(
+    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0
+) -> NDArray[np.int8]:
+    """2-D max pooling; padding cells hold -128, so they never beat a real value.
+
+    Parameters
+    ----------
+    x : ndarray, shape (N, C, H, W), int8
+    kernel : int or (int, int)
+        Window (KH, KW), >= 1.
+    stride : int or (int, int), optional
+        Window step, >= 1; defaults to ``kernel``.
+    padding : int or (int, int)
+        Padding on both sides, >= 0 and smaller than the kernel (so that no window is all
+        padding).
+
+    Returns
+    -------
+    ndarray, shape (N, C, OH, OW), int8
+
+    Raises
+    ------
+    TypeError
+        ``x`` not int8; kernel / stride / padding not ints or pairs of ints.
+    ValueError
+        Wrong ndim, kernel or stride < 1, padding < 0 or >= kernel, kernel larger than the
+        padded input.
+    """
+    windows = _pool_windows("max_pool2d", x, kernel, stride, padding, _INT8_MIN)
+    return windows.max(axis=(4, 5))
+
+
+def avg_pool2d(
+    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0
+) -> NDArray[np.int8]:
+    """2-D average pooling: floor(window sum / (KH*KW)), zero padding counted (count_include_pad).
+
+    Parameters
+    ----------
+    x : ndarray, shape (N, C, H, W), int8
+    kernel : int or (int, int)
+        Window (KH, KW), >= 1.
+    stride : int or (int, int), optional
+        Window step, >= 1; defaults to ``kernel``.
+    padding : int or (int, int)
+        Zero padding on both sides, >= 0 and smaller than the kernel.
+
+    Returns
+    -------
+    ndarray, shape (N, C, OH, OW), int8
+        Always in range: an average of int8 values is an int8 value.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As `max_pool2d`.
+    """
+    windows = _pool_windows("avg_pool2d", x, kernel, stride, padding, 0)
+    kh, kw = windows.shape[4:]
+    # int64 keeps the window sum exact for any window size (int32 would do below 2**24 cells).
+    sums = windows.sum(axis=(4, 5), dtype=np.int64)
+    return (sums // (kh * kw)).astype(np.int8)
+
+
+def global_avg_pool(x: NDArray[np.int8]) -> NDArray[np.int8]:
+    """Global average pooling: floor(sum over H, W / (H*W)) per image and channel.
+
+    Parameters
+    ----------
+    x : ndarray, shape (N, C, H, W), int8
+        H and W must be >= 1.
+
+    Returns
+    -------
+    ndarray, shape (N, C, 1, 1), int8
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not an int8 array.
+    ValueError
+        ``x`` is not 4-D, or has an empty spatial extent.
+    """
+    op = "global_avg_pool"
+    x = _check_array(op, "x", x, np.int8, 4, "NCHW")
+    if x.shape[2] < 1 or x.shape[3] < 1:
+        raise ValueError(f"{op}: x must have H, W >= 1, got shape {x.shape}")
+    sums = x.sum(axis=(2, 3), keepdims=True, dtype=np.int64)
+    return (sums // (x.shape[2] * x.shape[3])).astype(np.int8)
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+def add(
+    a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0, relu: bool = False
+) -> NDArray[np.int8]:
+    """Residual add with requantization: ``clip(relu?((a + b) >> shift))`` computed in int32.
+
+    Parameters
+    ----------
+    a, b : ndarray, int8, same shape
+    shift : int
+        Arithmetic right shift in bits, 0..31.
+    relu : bool
+        Apply ReLU after the shift.
+
+    Returns
+    -------
+    ndarray, int8, same shape as ``a``
+
+    Raises
+    ------
+    TypeError
+        ``a`` or ``b`` not int8, ``shift`` not an int.
+    ValueError
+        Shapes differ, or shift outside 0..31.
+    """
+    op = "add"
+    a = _check_array(op, "a", a, np.int8, None, "array")
+    b = _check_array(op, "b", b, np.int8, None, "array")
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: b must have a's shape {a.shape}, got shape {b.shape}")
+    shift = _check_shift(op, shift)
+    relu = _check_flag(op, "relu", relu)
+    acc = a.astype(np.int32) + b.astype(np.int32)
+    return requantize(acc, shift, relu=relu)

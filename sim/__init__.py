@@ -1,0 +1,1 @@
+"""Simulators: the bit-exact functional simulator and the SimPy cycle-level timing model."""

@@ -1,0 +1,445 @@
+"""The bit-exact functional simulator: the definition of what every instruction does.
+
+``FunctionalSimulator.run`` executes a :class:`~accel.program.Program` on a
+:class:`~accel.dram.Dram` image. Each instruction is one vectorised numpy step (one gather and
+one batched product per GEMM micro-op loop, never a Python loop per tile or MAC). The three
+instruction-executing modules (load, compute, store) run their own queues in program order and
+synchronise only through the four token queues, as the hardware does; a pop that can never be
+satisfied is reported as :class:`SimulationDeadlock`, and tokens or instructions left over at
+FINISH as :class:`~accel.program.ProgramError`, both naming instruction indices and queues.
+
+Semantics (DESIGN.md §3):
+
+- LOAD: ``(y_pad_0 + y_size + y_pad_1) x (x_pad_0 + x_size + x_pad_1)`` elements written
+  contiguously from ``sram_base``, zeros in the pad; DRAM row ``y`` starts at element
+  ``dram_base + y * x_stride``.
+- STORE (OUT only): ``y_size x x_size`` out tiles from ``sram_base`` to DRAM rows.
+- GEMM: for i < iter_out, j < iter_in, u in [uop_bgn, uop_end): ``idx = uop + i * factor_out +
+  j * factor_in``; ``acc[dst] += inp[src] . wgt[wgt]^T`` in int32 with wrap-around, or
+  ``acc[dst] = 0`` with ``reset``. Every write also writes the low 8 bits to ``out[dst]``.
+- ALU: the same loop; ``acc[dst] = op(acc[dst], imm or acc[src])`` elementwise, in micro-op
+  order. MIN, MAX, ADD (wrap), MUL (wrap, low 32 bits), SHR by ``s``: arithmetic right shift by
+  ``min(s, 31)`` when ``s >= 0``, else left shift by ``-s`` (wrap; zero once ``-s >= 32``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from accel.config import HwConfig
+from accel.dram import Dram
+from accel.isa import (
+    DEP_QUEUES,
+    AluInsn,
+    AluOp,
+    FinishInsn,
+    GemmInsn,
+    Insn,
+    MemInsn,
+    MemType,
+    Module,
+    TokenQueue,
+    decode_uops,
+    encode_uops,
+    module_of,
+)
+from accel.program import Program, ProgramError, _count_key
+from sim.errors import SimulationDeadlock, SimulationError
+
+__all__ = ["FsimStats", "FunctionalSimulator", "SramState", "alu_apply", "run_functional"]
+
+
+@dataclass
+class FsimStats:
+    """Counters of one functional run (VTA fsim's counters, plus instruction counts).
+
+    ``bytes_loaded`` counts DRAM bytes read per buffer (uop, inp, wgt, acc), padding excluded;
+    ``bytes_stored`` DRAM bytes written from the out buffer.
+    """
+
+    bytes_loaded: dict[str, int] = field(
+        default_factory=lambda: {"uop": 0, "inp": 0, "wgt": 0, "acc": 0}
+    )
+    bytes_stored: int = 0
+    gemm_uops: int = 0
+    alu_uops: int = 0
+    macs: int = 0
+    insn_counts: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes_loaded": dict(self.bytes_loaded),
+            "bytes_stored": self.bytes_stored,
+            "gemm_uops": self.gemm_uops,
+            "alu_uops": self.alu_uops,
+            "macs": self.macs,
+            "insn_counts": dict(self.insn_counts),
+        }
+
+
+class SramState:
+    """The on-chip buffers of one accelerator, typed by what they hold.
+
+    ``uop``: ``(depth, 3)`` int64 (dst, src, wgt); ``inp``: ``(depth, batch, block_in)`` int8;
+    ``wgt``: ``(depth, block_out, block_in)`` int8; ``acc``: ``(depth, batch, block_out)``
+    int32; ``out``: ``(depth, batch, block_out)`` int8.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+        self.uop = np.zeros((cfg.uop_depth, 3), dtype=np.int64)
+        self.inp = np.zeros((cfg.inp_depth, b, bi), dtype=np.int8)
+        self.wgt = np.zeros((cfg.wgt_depth, bo, bi), dtype=np.int8)
+        self.acc = np.zeros((cfg.acc_depth, b, bo), dtype=np.int32)
+        self.out = np.zeros((cfg.out_depth, b, bo), dtype=np.int8)
+
+    def buffer(self, mem_type: MemType) -> np.ndarray:
+        return getattr(self, mem_type.buffer)
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int32)
+
+
+def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
+    """One ALU operation on int32 operands, int32 result (see the module docstring)."""
+    a64 = a.astype(np.int64)
+    b64 = np.asarray(b, dtype=np.int64)
+    if op is AluOp.MIN:
+        r = np.minimum(a64, b64)
+    elif op is AluOp.MAX:
+        r = np.maximum(a64, b64)
+    elif op is AluOp.ADD:
+        r = a64 + b64
+    elif op is AluOp.MUL:
+        r = a64 * b64
+    else:
+        right = a64 >> np.minimum(np.maximum(b64, 0), 31)
+        left_amount = np.minimum(np.maximum(-b64, 0), 32)
+        left = np.where(left_amount >= 32, 0, a64 << np.minimum(left_amount, 31))
+        r = np.where(b64 >= 0, right, left)
+    return _wrap32(np.broadcast_to(r, np.broadcast_shapes(a.shape, np.shape(r))))
+
+
+def _loop_indices(insn: GemmInsn | AluInsn, uops: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Flattened (dst, src[, wgt]) indices of the micro-op loop, in execution order."""
+    kernel = uops[insn.uop_bgn : insn.uop_end]
+    i = np.arange(insn.iter_out, dtype=np.int64)[:, None, None]
+    j = np.arange(insn.iter_in, dtype=np.int64)[None, :, None]
+    dst = (kernel[None, None, :, 0] + i * insn.dst_factor_out + j * insn.dst_factor_in).ravel()
+    src = (kernel[None, None, :, 1] + i * insn.src_factor_out + j * insn.src_factor_in).ravel()
+    if isinstance(insn, GemmInsn):
+        wgt = (
+            kernel[None, None, :, 2] + i * insn.wgt_factor_out + j * insn.wgt_factor_in
+        ).ravel()
+        return dst, src, wgt
+    return dst, src
+
+
+class FunctionalSimulator:
+    """Executes programs instruction by instruction on its own SRAM state.
+
+    Parameters
+    ----------
+    cfg
+        The hardware; buffers are sized from it.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        self.cfg = cfg
+        self.sram = SramState(cfg)
+        self.stats = FsimStats()
+        self._exact_f32 = cfg.block_in <= 1024
+
+    # ------------------------------------------------------------------ program level
+    def run(self, program: Program, dram: Dram) -> FsimStats:
+        """Run ``program`` to FINISH on ``dram`` (modified in place); return the counters.
+
+        Raises
+        ------
+        ProgramError
+            Static errors (see ``Program.validate``), tokens or instructions left at FINISH.
+        SimulationDeadlock
+            No module can make progress before FINISH.
+        SimulationError
+            An index out of range at run time (naming the instruction).
+        """
+        if program.config != self.cfg:
+            raise ProgramError(
+                f"program was built for config {program.config.name}, not {self.cfg.name}"
+            )
+        program.validate()
+        place_program(program, dram)
+        queues: dict[Module, deque[tuple[int, Insn]]] = {m: deque() for m in Module}
+        for index, insn in enumerate(program.insns):
+            queues[module_of(insn)].append((index, insn))
+        tokens = dict.fromkeys(TokenQueue, 0)
+        last_push: dict[TokenQueue, int] = {}
+        cap = self.cfg.queues.token_depth
+
+        def ready(module: Module, insn: Insn) -> bool:
+            for flag in insn.deps():
+                queue = DEP_QUEUES[(module, flag)]
+                if flag.startswith("pop") and tokens[queue] == 0:
+                    return False
+                if flag.startswith("push") and tokens[queue] >= cap:
+                    return False
+            return True
+
+        def step(module: Module) -> bool:
+            """Run ``module`` as far as it can; True if it executed anything."""
+            moved = False
+            while queues[module]:
+                index, insn = queues[module][0]
+                if isinstance(insn, FinishInsn) or not ready(module, insn):
+                    break
+                queues[module].popleft()
+                self.execute(insn, index, dram)
+                _apply_tokens(module, insn, index, tokens, last_push)
+                moved = True
+            return moved
+
+        while True:
+            moved = [step(m) for m in Module]
+            head = queues[Module.COMPUTE][0] if queues[Module.COMPUTE] else None
+            if head is not None and isinstance(head[1], FinishInsn) \
+                    and ready(Module.COMPUTE, head[1]):
+                # Let load and store drain what they can, then retire FINISH.
+                while step(Module.LOAD) | step(Module.STORE):
+                    pass
+                if not ready(Module.COMPUTE, head[1]):
+                    continue
+                queues[Module.COMPUTE].popleft()
+                index, finish = head
+                _apply_tokens(Module.COMPUTE, finish, index, tokens, last_push)
+                self._count(finish)
+                self._check_finish(index, queues, tokens, last_push)
+                return self.stats
+            if not any(moved):
+                raise SimulationDeadlock(_deadlock_report(queues, tokens, cap))
+
+    def _check_finish(
+        self,
+        index: int,
+        queues: dict[Module, deque[tuple[int, Insn]]],
+        tokens: dict[TokenQueue, int],
+        last_push: dict[TokenQueue, int],
+    ) -> None:
+        for module, queue in queues.items():
+            if queue:
+                first = queue[0][0]
+                raise ProgramError(
+                    f"FINISH at instruction {index} retired with {len(queue)} "
+                    f"{module.name.lower()} instruction(s) never run, from instruction {first}"
+                )
+        left = [
+            f"{q.value}={n} (last pushed by instruction {last_push.get(q, '?')})"
+            for q, n in tokens.items()
+            if n
+        ]
+        if left:
+            raise ProgramError(
+                f"FINISH at instruction {index} left tokens in {', '.join(left)}"
+            )
+
+    # ------------------------------------------------------------------ instruction level
+    def execute(self, insn: Insn, index: int, dram: Dram) -> None:
+        """Apply one instruction's functional effect (no token bookkeeping).
+
+        The timing simulator calls this in the order its model retires instructions.
+        """
+        if isinstance(insn, MemInsn):
+            if insn.store:
+                self._store(insn, index, dram)
+            else:
+                self._load(insn, index, dram)
+        elif isinstance(insn, GemmInsn):
+            self._gemm(insn, index)
+        elif isinstance(insn, AluInsn):
+            self._alu(insn, index)
+        self._count(insn)
+
+    def _count(self, insn: Insn) -> None:
+        key = _count_key(insn)
+        self.stats.insn_counts[key] = self.stats.insn_counts.get(key, 0) + 1
+
+    def _dram_rows(self, insn: MemInsn, index: int, dram: Dram, elem: int) -> np.ndarray:
+        """``(y_size, x_size * elem)`` strided uint8 view of the DRAM side of a LOAD/STORE."""
+        start = insn.dram_base * elem
+        last = start + ((insn.y_size - 1) * insn.x_stride + insn.x_size) * elem
+        if last > dram.nbytes:
+            raise SimulationError(
+                f"instruction {index} ({_count_key(insn)}): DRAM range "
+                f"[{start}, {last}) is beyond the {dram.nbytes}-byte image"
+            )
+        return np.lib.stride_tricks.as_strided(
+            dram.data[start:],
+            shape=(insn.y_size, insn.x_size * elem),
+            strides=(insn.x_stride * elem, 1),
+            writeable=True,
+        )
+
+    def _load(self, insn: MemInsn, index: int, dram: Dram) -> None:
+        cfg = self.cfg
+        buffer = self.sram.buffer(insn.mem_type)
+        elem = cfg.tile_bytes(insn.mem_type.buffer)
+        block = np.zeros((insn.rows, insn.cols) + buffer.shape[1:], dtype=buffer.dtype)
+        if insn.y_size and insn.x_size:
+            rows = self._dram_rows(insn, index, dram, elem)
+            if insn.mem_type is MemType.UOP:
+                words = rows.reshape(-1).view(f"<u{cfg.uop_bytes}")
+                data = decode_uops(words, cfg)
+            else:
+                data = rows.reshape(-1).view(buffer.dtype.newbyteorder("<"))
+            block[insn.y_pad_0 : insn.y_pad_0 + insn.y_size,
+                  insn.x_pad_0 : insn.x_pad_0 + insn.x_size] = data.reshape(
+                (insn.y_size, insn.x_size) + buffer.shape[1:]
+            )
+            self.stats.bytes_loaded[insn.mem_type.buffer] += insn.y_size * insn.x_size * elem
+        n = insn.rows * insn.cols
+        buffer[insn.sram_base : insn.sram_base + n] = block.reshape((n,) + buffer.shape[1:])
+
+    def _store(self, insn: MemInsn, index: int, dram: Dram) -> None:
+        if not (insn.y_size and insn.x_size):
+            return
+        elem = self.cfg.out_tile_bytes
+        rows = self._dram_rows(insn, index, dram, elem)
+        n = insn.y_size * insn.x_size
+        src = self.sram.out[insn.sram_base : insn.sram_base + n]
+        rows[...] = src.reshape(insn.y_size, insn.x_size * elem).view(np.uint8)
+        self.stats.bytes_stored += n * elem
+
+    def _check_range(self, insn: Insn, index: int, name: str, idx: np.ndarray,
+                     depth: int) -> None:
+        if idx.size and (idx.max() >= depth or idx.min() < 0):
+            bad = int(idx.max()) if idx.max() >= depth else int(idx.min())
+            raise SimulationError(
+                f"instruction {index} ({_count_key(insn)}): {name} index {bad} is outside "
+                f"the buffer of depth {depth}"
+            )
+
+    def _gemm(self, insn: GemmInsn, index: int) -> None:
+        sram = self.sram
+        dst, src, wgt = _loop_indices(insn, sram.uop)
+        self._check_range(insn, index, "acc", dst, self.cfg.acc_depth)
+        if not dst.size:
+            return
+        self.stats.gemm_uops += dst.size
+        if insn.reset:
+            sram.acc[dst] = 0
+            sram.out[dst] = 0
+            return
+        self._check_range(insn, index, "inp", src, self.cfg.inp_depth)
+        self._check_range(insn, index, "wgt", wgt, self.cfg.wgt_depth)
+        ftype = np.float32 if self._exact_f32 else np.float64
+        a = sram.inp[src].astype(ftype)                       # (n, batch, block_in)
+        w = sram.wgt[wgt].astype(ftype).transpose(0, 2, 1)    # (n, block_in, block_out)
+        prod = np.matmul(a, w).astype(np.int64)               # exact: |sum| < 2**24
+        self.stats.macs += dst.size * self.cfg.batch * self.cfg.block_in * self.cfg.block_out
+        targets, sums = _sum_by_index(dst, prod)
+        result = _wrap32(sram.acc[targets].astype(np.int64) + sums)
+        sram.acc[targets] = result
+        sram.out[targets] = result.astype(np.int8)
+
+    def _alu(self, insn: AluInsn, index: int) -> None:
+        sram = self.sram
+        dst, src = _loop_indices(insn, sram.uop)
+        depth = self.cfg.acc_depth
+        self._check_range(insn, index, "acc dst", dst, depth)
+        if not dst.size:
+            return
+        self.stats.alu_uops += dst.size
+        if not insn.use_imm:
+            self._check_range(insn, index, "acc src", src, depth)
+        if _alu_vectorisable(dst, src, insn.use_imm, depth):
+            operand = insn.imm if insn.use_imm else sram.acc[src]
+            result = alu_apply(insn.alu_op, sram.acc[dst], operand)
+            sram.acc[dst] = result
+            sram.out[dst] = result.astype(np.int8)
+            return
+        # Repeated destinations or reads of earlier writes: micro-op order matters.
+        for d, s in zip(dst.tolist(), src.tolist(), strict=True):
+            operand = insn.imm if insn.use_imm else sram.acc[s]
+            result = alu_apply(insn.alu_op, sram.acc[d], operand)
+            sram.acc[d] = result
+            sram.out[d] = result.astype(np.int8)
+
+
+def _sum_by_index(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unique indices and the sums of ``values`` rows that share each index."""
+    order = np.argsort(idx, kind="stable")
+    sorted_idx = idx[order]
+    starts = np.flatnonzero(np.r_[True, sorted_idx[1:] != sorted_idx[:-1]])
+    if len(starts) == len(idx):
+        return idx, values
+    return sorted_idx[starts], np.add.reduceat(values[order], starts, axis=0)
+
+
+def _alu_vectorisable(dst: np.ndarray, src: np.ndarray, use_imm: bool, depth: int) -> bool:
+    """True when executing all micro-ops at once equals executing them in order."""
+    writer = np.full(depth, -1, dtype=np.int64)
+    writer[dst] = np.arange(dst.size)
+    if np.count_nonzero(writer >= 0) != dst.size:
+        return False  # a destination repeats
+    if use_imm:
+        return True
+    w = writer[src]
+    return not np.any((w >= 0) & (w < np.arange(src.size)))
+
+
+def _apply_tokens(
+    module: Module,
+    insn: Insn,
+    index: int,
+    tokens: dict[TokenQueue, int],
+    last_push: dict[TokenQueue, int],
+) -> None:
+    for flag in insn.deps():
+        queue = DEP_QUEUES[(module, flag)]
+        if flag.startswith("pop"):
+            tokens[queue] -= 1
+        else:
+            tokens[queue] += 1
+            last_push[queue] = index
+
+
+def _deadlock_report(
+    queues: dict[Module, deque[tuple[int, Insn]]], tokens: dict[TokenQueue, int], cap: int
+) -> str:
+    parts = []
+    for module, queue in queues.items():
+        name = module.name.lower()
+        if not queue:
+            parts.append(f"{name} has no instructions left")
+            continue
+        index, insn = queue[0]
+        waits = []
+        for flag in insn.deps():
+            q = DEP_QUEUES[(module, flag)]
+            if flag.startswith("pop") and tokens[q] == 0:
+                waits.append(f"pop {q.value} (0 tokens)")
+            elif flag.startswith("push") and tokens[q] >= cap:
+                waits.append(f"push {q.value} (full, {cap} tokens)")
+        what = " and ".join(waits) or "the FINISH drain"
+        parts.append(f"{name} waits at instruction {index} ({_count_key(insn)}) to {what}")
+    counts = " ".join(f"{q.value}={n}" for q, n in tokens.items())
+    return f"deadlock: {'; '.join(parts)}; tokens: {counts}"
+
+
+def place_program(program: Program, dram: Dram) -> None:
+    """Add the program's regions to ``dram`` and write its micro-op table there."""
+    for region in program.regions.values():
+        dram.add_region(region)
+    if len(program.uops):
+        assert program.uop_region is not None  # Program.validate checked it
+        words = encode_uops(program.uops, program.config)
+        dram.write(program.uop_region, words.astype(f"<u{program.config.uop_bytes}"))
+
+
+def run_functional(program: Program, dram: Dram) -> FsimStats:
+    """Run ``program`` on ``dram`` with a fresh functional simulator."""
+    return FunctionalSimulator(program.config).run(program, dram)
