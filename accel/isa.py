@@ -37,10 +37,10 @@ import numpy as np
 from accel.config import INSN_BITS, HwConfig
 
 __all__ = [
+    "DEP_FLAGS",
     "INSN_BYTES",
     "AluInsn",
     "AluOp",
-    "DEP_FLAGS",
     "EncodeError",
     "FieldSpec",
     "FinishInsn",

@@ -363,9 +363,9 @@ def _check_insn(i: int, insn: Insn, cfg: HwConfig) -> None:
                 f"micro-op range [{insn.uop_bgn}, {insn.uop_end}) is outside the uop buffer "
                 f"of depth {cfg.uop_depth}"
             )
-        if isinstance(insn, AluInsn) and insn.alu_op is AluOp.SHR and insn.use_imm:
-            if not -31 <= insn.imm <= 31:
-                raise fail(f"SHR amount {insn.imm} is outside -31..31")
+        if isinstance(insn, AluInsn) and insn.alu_op is AluOp.SHR and insn.use_imm \
+                and not -31 <= insn.imm <= 31:
+            raise fail(f"SHR amount {insn.imm} is outside -31..31")
 
 
 # ---------------------------------------------------------------------- assembly text
@@ -473,7 +473,8 @@ def _parse_insn(tokens: Sequence[str], cfg: HwConfig, where: str) -> Insn:
     rest = list(tokens[1:])
     if opcode in (Opcode.LOAD, Opcode.STORE):
         if not rest or rest[0] not in MemType.__members__:
-            raise AsmError(f"{where}: {opcode.name} needs a memory type ({', '.join(MemType.__members__)})")
+            names = ", ".join(MemType.__members__)
+            raise AsmError(f"{where}: {opcode.name} needs a memory type ({names})")
         kwargs["mem_type"] = MemType[rest.pop(0)]
         kwargs["store"] = opcode is Opcode.STORE
         # Unlisted size fields are zero in the text form.

@@ -50,6 +50,10 @@ FLOAT32_CHUNK_K = 1024
 #: Largest reduction length for which one float64 GEMM is exact (K * 2**14 < 2**53).
 _FLOAT64_EXACT_K = 2**39 - 1
 
+#: Below this many multiply-accumulates, a multi-chunk float32 GEMM costs more in per-chunk
+#: Python overhead than it saves, and one float64 GEMM (exact for K < 2**39) is faster.
+_FLOAT64_MAX_MACS = 2**18
+
 _INT8_MIN = -128
 _INT8_MAX = 127
 _MAX_SHIFT = 31
@@ -156,8 +160,12 @@ def _wrap_int32(exact: NDArray[np.int64]) -> NDArray[np.int32]:
     return exact.astype(np.uint32).view(np.int32)
 
 
-def _exact_gemm(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.int32]:
+def _exact_gemm(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.int32]:
     """Integer GEMM of int8-valued float matrices through float BLAS, wrapped to int32.
+
+    One float32 GEMM when K <= `FLOAT32_CHUNK_K`; else float32 GEMMs over K chunks of at most
+    `FLOAT32_CHUNK_K` summed in float64, or, for tiny problems, one float64 GEMM. Every path
+    computes the exact integer sum (no BLAS summation order can round it).
 
     Parameters
     ----------
@@ -175,6 +183,12 @@ def _exact_gemm(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.
     if k <= FLOAT32_CHUNK_K:
         # |sum| <= 2**24: the float32 result is exact and fits int32 without wrapping.
         return np.matmul(a, b).astype(np.int32)
+    # Chunk sums are exact integers and their float64 sum stays exact while K < 2**39, which no
+    # array that fits in memory reaches.
+    assert k <= _FLOAT64_EXACT_K
+    if a.shape[0] * b.shape[1] * k < _FLOAT64_MAX_MACS:
+        total = np.matmul(a.astype(np.float64), b.astype(np.float64))
+        return _wrap_int32(total.astype(np.int64))
     # Equal-sized chunks keep every GEMM about as deep, so none of them is a thin leftover.
     n_chunks = -(-k // FLOAT32_CHUNK_K)
     bounds = np.linspace(0, k, n_chunks + 1).round().astype(np.int64)
@@ -183,9 +197,6 @@ def _exact_gemm(a: NDArray[np.floating], b: NDArray[np.floating]) -> NDArray[np.
     for lo, hi in itertools.pairwise(bounds.tolist()):
         np.matmul(a[:, lo:hi], b[lo:hi], out=chunk)
         total += chunk
-    # Chunk sums are exact integers and their float64 sum stays exact while K < 2**39, which no
-    # array that fits in memory reaches.
-    assert k <= _FLOAT64_EXACT_K
     return _wrap_int32(total.astype(np.int64))
 
 
@@ -232,7 +243,6 @@ def requantize(
     acc = _check_array(op, "acc", acc, np.int32, None, "array")
     shift = _check_shift(op, shift)
     relu = _check_flag(op, "relu", relu)
-    out = acc
     if bias is not None:
         if not _is_int(axis) or not -acc.ndim <= axis < acc.ndim:
             raise ValueError(
@@ -240,15 +250,32 @@ def requantize(
                 f"{acc.shape}, got {axis!r}"
             )
         bias = _check_bias(op, bias, acc.shape[axis])
+    return _requantize(acc, shift, relu, bias, int(axis), scratch=False)
+
+
+def _requantize(
+    acc: NDArray[np.int32],
+    shift: int,
+    relu: bool,
+    bias: NDArray[np.int32] | None,
+    axis: int,
+    scratch: bool,
+) -> NDArray[np.int8]:
+    """The requantize semantics on checked operands; overwrites ``acc`` if ``scratch``."""
+    out = acc
+    if bias is not None:
         shape = [1] * acc.ndim
         shape[axis] = acc.shape[axis]
         # int32 array + int32 array wraps around in numpy, as the accumulator does in hardware.
-        out = out + bias.reshape(shape)
+        out = np.add(out, bias.reshape(shape), out=out if scratch else None)
+        scratch = True
     if shift:
-        out = out >> np.int32(shift)
-    if relu:
-        out = np.maximum(out, np.int32(0))
-    return np.clip(out, _INT8_MIN, _INT8_MAX).astype(np.int8)
+        out = np.right_shift(out, shift, out=out if scratch else None)  # arithmetic for int32
+    # ReLU then clip to [-128, 127] is one clip to [0, 127].
+    low = 0 if relu else _INT8_MIN
+    result = np.empty(out.shape, dtype=np.int8)
+    np.clip(out, low, _INT8_MAX, out=result, casting="unsafe")  # in range after the clip
+    return result
 
 
 def relu(x: NDArray[np.int8]) -> NDArray[np.int8]:
@@ -342,19 +369,20 @@ def conv2d_acc(
         the padded input.
     """
     x, w, stride_hw, padding_hw, out_hw = _check_conv("conv2d_acc", x, w, stride, padding)
-    return _conv2d_acc(x, w, stride_hw, padding_hw, out_hw)
+    acc = _conv2d_acc_cnhw(x, w, stride_hw, padding_hw, out_hw)
+    return np.ascontiguousarray(acc.transpose(1, 0, 2, 3))
 
 
-def _conv2d_acc(
+def _conv2d_acc_cnhw(
     x: NDArray[np.int8], w: NDArray[np.int8], stride: tuple[int, int],
     padding: tuple[int, int], out_hw: tuple[int, int],
 ) -> NDArray[np.int32]:
+    """conv2d accumulator in the GEMM's own layout, shape (OC, N, OH, OW)."""
     oc, _, kh, kw = w.shape
     cols = _im2col(x, (kh, kw), stride, padding, out_hw)
     weights = w.reshape(oc, -1).astype(np.float32)
     acc = _exact_gemm(weights, cols)  # (OC, N * OH * OW)
-    acc = acc.reshape(oc, x.shape[0], out_hw[0], out_hw[1]).transpose(1, 0, 2, 3)
-    return np.ascontiguousarray(acc)
+    return acc.reshape(oc, x.shape[0], out_hw[0], out_hw[1])
 
 
 def conv2d(
@@ -402,8 +430,10 @@ def conv2d(
     bias = _check_bias(op, bias, w.shape[0])
     shift = _check_shift(op, shift)
     relu = _check_flag(op, "relu", relu)
-    acc = _conv2d_acc(x, w, stride_hw, padding_hw, out_hw)
-    return requantize(acc, shift, relu=relu, bias=bias, axis=1)
+    acc = _conv2d_acc_cnhw(x, w, stride_hw, padding_hw, out_hw)
+    # Requantize before going to NCHW: the transpose then moves int8 instead of int32.
+    out = _requantize(acc, shift, relu, bias, axis=0, scratch=True)
+    return np.ascontiguousarray(out.transpose(1, 0, 2, 3))
 
 
 # --------------------------------------------------------------------------- matmul / dense
@@ -453,7 +483,7 @@ def _matmul_requant(
     shift = _check_shift(op, shift)
     relu = _check_flag(op, "relu", relu)
     acc = _exact_gemm(a.astype(np.float32), b.astype(np.float32))
-    return requantize(acc, shift, relu=relu, bias=bias, axis=1)
+    return _requantize(acc, shift, relu, bias, axis=1, scratch=True)
 
 
 def matmul(
@@ -674,4 +704,4 @@ def add(
     shift = _check_shift(op, shift)
     relu = _check_flag(op, "relu", relu)
     acc = a.astype(np.int32) + b.astype(np.int32)
-    return requantize(acc, shift, relu=relu)
+    return _requantize(acc, shift, relu, None, axis=0, scratch=True)

@@ -287,7 +287,7 @@ class FunctionalSimulator:
         cfg = self.cfg
         buffer = self.sram.buffer(insn.mem_type)
         elem = cfg.tile_bytes(insn.mem_type.buffer)
-        block = np.zeros((insn.rows, insn.cols) + buffer.shape[1:], dtype=buffer.dtype)
+        block = np.zeros((insn.rows, insn.cols, *buffer.shape[1:]), dtype=buffer.dtype)
         if insn.y_size and insn.x_size:
             rows = self._dram_rows(insn, index, dram, elem)
             if insn.mem_type is MemType.UOP:
@@ -297,11 +297,11 @@ class FunctionalSimulator:
                 data = rows.reshape(-1).view(buffer.dtype.newbyteorder("<"))
             block[insn.y_pad_0 : insn.y_pad_0 + insn.y_size,
                   insn.x_pad_0 : insn.x_pad_0 + insn.x_size] = data.reshape(
-                (insn.y_size, insn.x_size) + buffer.shape[1:]
+                (insn.y_size, insn.x_size, *buffer.shape[1:])
             )
             self.stats.bytes_loaded[insn.mem_type.buffer] += insn.y_size * insn.x_size * elem
         n = insn.rows * insn.cols
-        buffer[insn.sram_base : insn.sram_base + n] = block.reshape((n,) + buffer.shape[1:])
+        buffer[insn.sram_base : insn.sram_base + n] = block.reshape((n, *buffer.shape[1:]))
 
     def _store(self, insn: MemInsn, index: int, dram: Dram) -> None:
         if not (insn.y_size and insn.x_size):

@@ -346,8 +346,13 @@ def test_matmul_matches_loop_reference_hypothesis(
                                   got)
 
 
+@pytest.mark.parametrize("path", ["float32-chunks", "float64"])
 @pytest.mark.parametrize("k", [1023, 1024, 1025, 2049, 3000, 20_000])
-def test_matmul_exact_around_float32_chunk_boundary(k: int) -> None:
+def test_matmul_exact_around_float32_chunk_boundary(
+    k: int, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Force the GEMM path: tiny problems take the float64 one unless the threshold is 0.
+    monkeypatch.setattr(kernels, "_FLOAT64_MAX_MACS", 0 if path == "float32-chunks" else 2**62)
     rng = np.random.default_rng(k)
     # Worst case for float32: every product is (-128) * (-128) = 2**14.
     a = np.full((2, k), -128, dtype=np.int8)
@@ -373,6 +378,8 @@ def test_matmul_acc_wraps_around_int32() -> None:
     assert k * 2**14 > INT32_MAX
     expected = k * 2**14 - 2**32
     np.testing.assert_array_equal(kernels.matmul_acc(a, b), np.full((2, 3), expected))
+    # 1 x 1 output: few enough MACs for the single float64 GEMM path, which must wrap too.
+    assert kernels.matmul_acc(a[:1], b[:, :1]).tolist() == [[expected]]
     # Large-magnitude random values over a longer K: every sum is outside the int32 range.
     k = 300_000
     rng = np.random.default_rng(7)
