@@ -36,6 +36,7 @@ def run_program(
     dram: Dram,
     config: HwConfig | str | None = None,
     backend: str = "fsim",
+    trace: bool = False,
 ) -> RunResult:
     """Run ``program`` on ``dram`` (modified in place) with the chosen backend.
 
@@ -48,8 +49,10 @@ def run_program(
     config
         The hardware; defaults to the program's own config and must equal it when given.
     backend
-        ``"fsim"`` (functional). ``"sim"`` and ``"rtl"`` arrive with the timing-simulator and
-        RTL work.
+        ``"fsim"`` (functional only) or ``"sim"`` (functional + timing: ``cycles`` and a
+        :class:`sim.stats.SimStats`). ``"rtl"`` arrives with the RTL work.
+    trace
+        With ``"sim"``: also record queue and DRAM counters for ``stats.write_trace``.
 
     Raises
     ------
@@ -67,6 +70,11 @@ def run_program(
 
         stats = FunctionalSimulator(cfg).run(program, dram)
         return RunResult(dram=dram, backend=backend, stats=stats)
+    if backend == "sim":
+        from sim.timing import TimingSimulator
+
+        timing = TimingSimulator(cfg, trace=trace).run(program, dram)
+        return RunResult(dram=dram, backend=backend, stats=timing, cycles=timing.cycles)
     if backend in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this version; use 'fsim'")
     raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")

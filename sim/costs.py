@@ -1,0 +1,118 @@
+"""Cycle costs of every instruction, written once.
+
+The timing simulator takes its delays from here, and the RTL is built to take exactly these
+cycles (tests compare them), so every formula is a function of the :class:`HwConfig` and the
+instruction, with no tuned constants. Notation: ``bpc = dram.bytes_per_cycle``,
+``L = dram.latency``, ``burst = dram.max_burst``.
+
+DRAM transaction (one burst of ``b <= burst`` bytes, the channel held throughout)::
+
+    dram_cycles(b) = L + ceil(b / bpc)
+
+Instruction fetch reads ``burst // 16`` instructions per transaction, then dispatches one
+instruction per cycle into its module's command queue::
+
+    fetch(k instructions) = dram_cycles(16 k) + k
+
+LOAD / STORE: one decode cycle, then each DRAM row of ``x_size * elem`` bytes is split into
+bursts (``elem`` = bytes of one tile or micro-op word); a LOAD also writes its pad elements into
+SRAM at one element per cycle::
+
+    mem = 1 + y_size * sum(dram_cycles(b) for b in row_bursts(x_size * elem))
+            + (rows * cols - y_size * x_size)           # LOAD padding only
+
+GEMM and ALU: one decode cycle, one micro-op every ``ii`` cycles, then the pipeline drains::
+
+    gemm = 1 + n_uops * gemm.ii + gemm.depth
+    alu  = 1 + n_uops * alu.ii  + alu.depth
+
+where ``n_uops = iter_out * iter_in * (uop_end - uop_bgn)``; an empty loop costs only the
+decode cycle. FINISH costs the decode cycle.
+"""
+
+from __future__ import annotations
+
+from accel.config import HwConfig
+from accel.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn
+
+__all__ = [
+    "DECODE_CYCLES",
+    "alu_cycles",
+    "dram_cycles",
+    "fetch_batch_size",
+    "fetch_cycles",
+    "gemm_cycles",
+    "insn_compute_cycles",
+    "mem_cycles",
+    "mem_elem_bytes",
+    "mem_pad_cycles",
+    "mem_row_bursts",
+]
+
+DECODE_CYCLES = 1
+"""Cycles a module spends decoding an instruction before it acts on it."""
+
+
+def dram_cycles(nbytes: int, cfg: HwConfig) -> int:
+    """Cycles one DRAM transaction of ``nbytes`` holds the channel: latency plus beats."""
+    return cfg.dram.latency + -(-nbytes // cfg.dram.bytes_per_cycle)
+
+
+def fetch_batch_size(cfg: HwConfig) -> int:
+    """Instructions read per fetch transaction."""
+    return max(1, cfg.dram.max_burst // INSN_BYTES)
+
+
+def fetch_cycles(k: int, cfg: HwConfig) -> int:
+    """Cycles to fetch and dispatch ``k`` instructions read in one transaction."""
+    return dram_cycles(k * INSN_BYTES, cfg) + k
+
+
+def mem_elem_bytes(insn: MemInsn, cfg: HwConfig) -> int:
+    """Bytes of one element (tile or micro-op word) a LOAD/STORE moves."""
+    return cfg.tile_bytes(insn.mem_type.buffer)
+
+
+def mem_row_bursts(insn: MemInsn, cfg: HwConfig) -> list[int]:
+    """Byte sizes of the DRAM transactions of one row of a LOAD/STORE (empty when no data)."""
+    row = insn.x_size * mem_elem_bytes(insn, cfg)
+    if not insn.y_size or not row:
+        return []
+    burst = cfg.dram.max_burst
+    return [burst] * (row // burst) + ([row % burst] if row % burst else [])
+
+
+def mem_pad_cycles(insn: MemInsn) -> int:
+    """Cycles a LOAD spends writing zero padding into SRAM (one element per cycle)."""
+    if insn.store:
+        return 0
+    return insn.rows * insn.cols - insn.y_size * insn.x_size
+
+
+def mem_cycles(insn: MemInsn, cfg: HwConfig) -> int:
+    """Total cycles of a LOAD/STORE with the DRAM channel to itself."""
+    row = sum(dram_cycles(b, cfg) for b in mem_row_bursts(insn, cfg))
+    return DECODE_CYCLES + insn.y_size * row + mem_pad_cycles(insn)
+
+
+def gemm_cycles(insn: GemmInsn, cfg: HwConfig) -> int:
+    """Cycles of a GEMM: decode, one micro-op per ``gemm.ii``, pipeline drain."""
+    if not insn.n_uops:
+        return DECODE_CYCLES
+    return DECODE_CYCLES + insn.n_uops * cfg.gemm.ii + cfg.gemm.depth
+
+
+def alu_cycles(insn: AluInsn, cfg: HwConfig) -> int:
+    """Cycles of an ALU instruction: decode, one micro-op per ``alu.ii``, pipeline drain."""
+    if not insn.n_uops:
+        return DECODE_CYCLES
+    return DECODE_CYCLES + insn.n_uops * cfg.alu.ii + cfg.alu.depth
+
+
+def insn_compute_cycles(insn: Insn, cfg: HwConfig) -> int:
+    """Cycles of an instruction that does not touch DRAM (GEMM, ALU, FINISH)."""
+    if isinstance(insn, GemmInsn):
+        return gemm_cycles(insn, cfg)
+    if isinstance(insn, AluInsn):
+        return alu_cycles(insn, cfg)
+    return DECODE_CYCLES

@@ -1,0 +1,424 @@
+"""The SimPy cycle-level timing simulator.
+
+One process per module - fetch, load, compute, store - each started by its own constructor;
+bounded ``simpy.Store`` command queues and token queues sized from the config, so back-pressure
+is real; one shared :class:`DramChannel`. Events are per instruction and per DRAM burst, never
+per clock cycle. Every delay comes from :mod:`sim.costs`.
+
+Functional effects are applied by :class:`~sim.functional.FunctionalSimulator` when the timing
+model retires each instruction, so the DRAM results are those of ``fsim`` for any correctly
+synchronised program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from accel.config import HwConfig
+from accel.dram import Dram
+from accel.isa import (
+    DEP_QUEUES,
+    INSN_BYTES,
+    AluInsn,
+    FinishInsn,
+    GemmInsn,
+    Insn,
+    MemInsn,
+    Module,
+    TokenQueue,
+    module_of,
+)
+from accel.program import Program, ProgramError, _count_key
+from sim import costs
+from sim.errors import SimulationDeadlock
+from sim.functional import FunctionalSimulator, place_program
+from sim.stats import (
+    CMD_EMPTY,
+    DRAM_WAIT,
+    MODULES,
+    QUEUE_FULL,
+    ModuleStats,
+    SimStats,
+    Slice,
+    pop_cause,
+    push_cause,
+)
+
+__all__ = ["DramChannel", "TimingSimulator", "run_timing"]
+
+Process = Generator[simpy.Event, Any, Any]
+
+# Fixed arbitration priority on the DRAM channel (lower wins): the instruction stream first.
+DRAM_PRIORITY = {"fetch": 0, "load": 1, "compute": 2, "store": 3}
+
+
+class DramChannel:
+    """The one DRAM channel: transactions hold it for ``latency + ceil(bytes / bpc)`` cycles.
+
+    Waiting requesters are granted in fixed priority order (fetch, load, compute, store), first
+    come first served within a priority.
+    """
+
+    def __init__(self, env: simpy.Environment, cfg: HwConfig, sim: TimingSimulator) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.sim = sim
+        self.port = simpy.PriorityResource(env, capacity=1)
+
+    def transaction(self, who: str, nbytes: int) -> Process:
+        """Move ``nbytes`` (at most one burst); account the requester's wait and busy time."""
+        stats = self.sim.stats.modules[who]
+        asked = self.env.now
+        with self.port.request(priority=DRAM_PRIORITY[who]) as grant:
+            yield grant
+            beats = costs.dram_cycles(nbytes, self.cfg) - self.cfg.dram.latency
+            granted = self.env.now
+            self.sim.count("dram bytes/cycle", granted + self.cfg.dram.latency,
+                           nbytes / beats if beats else 0.0)
+            yield self.env.timeout(self.cfg.dram.latency + beats)
+            self.sim.count("dram bytes/cycle", self.env.now, 0.0)
+        stats.stall(DRAM_WAIT, granted - asked + self.cfg.dram.latency)
+        stats.busy += beats
+        self.sim.stats.dram_bytes += nbytes
+        self.sim.stats.dram_busy += self.cfg.dram.latency + beats
+
+
+class _Unit:
+    """Shared plumbing of the instruction-executing modules."""
+
+    name: str
+
+    def __init__(self, sim: TimingSimulator, module: Module) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.cfg = sim.cfg
+        self.module = module
+        self.name = module.name.lower()
+        self.stats = sim.stats.modules[self.name]
+        self.cmd_queue = sim.cmd_queues[module]
+        self.waiting: str | None = "an instruction (command queue empty)"
+        self.current: tuple[int, Insn] | None = None
+        self.last_retired = -1
+        self.process = self.env.process(self.run())
+
+    def run(self) -> Process:
+        while True:
+            self.waiting = "an instruction (command queue empty)"
+            asked = self.env.now
+            index, insn = yield self.cmd_queue.get()
+            self.sim.queue_level(f"{self.name} command queue", self.cmd_queue)
+            self.stats.stall(CMD_EMPTY, self.env.now - asked)
+            self.current = (index, insn)
+            yield from self._pop_tokens(index, insn)
+            self.waiting = None
+            start = self.env.now
+            yield from self.execute(index, insn)
+            self.sim.retire(self.module, index, insn, start)
+            self.last_retired = index
+            self.stats.insns += 1
+            if isinstance(insn, FinishInsn):
+                self.current = None
+                self.sim.finish(index, insn)
+                return
+            yield from self._push_tokens(index, insn)
+            self.current = None
+
+    def _pop_tokens(self, index: int, insn: Insn) -> Process:
+        for flag in insn.deps():
+            if not flag.startswith("pop"):
+                continue
+            queue = DEP_QUEUES[(self.module, flag)]
+            self.waiting = f"pop {queue.value}"
+            asked = self.env.now
+            yield self.sim.token_queues[queue].get()
+            self.sim.queue_level(f"tokens {queue.value}", self.sim.token_queues[queue])
+            self.stats.stall(pop_cause(queue.value), self.env.now - asked)
+
+    def _push_tokens(self, index: int, insn: Insn) -> Process:
+        for flag in insn.deps():
+            if not flag.startswith("push"):
+                continue
+            queue = DEP_QUEUES[(self.module, flag)]
+            self.waiting = f"push {queue.value} (queue full)"
+            asked = self.env.now
+            yield self.sim.token_queues[queue].put(index)
+            self.sim.queue_level(f"tokens {queue.value}", self.sim.token_queues[queue])
+            self.stats.stall(push_cause(queue.value), self.env.now - asked)
+            self.sim.last_push[queue] = index
+        self.waiting = None
+
+    def execute(self, index: int, insn: Insn) -> Process:
+        if isinstance(insn, MemInsn):
+            yield from self._memory(insn)
+            return
+        cycles = costs.insn_compute_cycles(insn, self.cfg)
+        self.stats.busy += cycles
+        yield self.env.timeout(cycles)
+
+    def _memory(self, insn: MemInsn) -> Process:
+        self.stats.busy += costs.DECODE_CYCLES
+        yield self.env.timeout(costs.DECODE_CYCLES)
+        bursts = costs.mem_row_bursts(insn, self.cfg)
+        for _ in range(insn.y_size if bursts else 0):
+            for nbytes in bursts:
+                yield from self.sim.dram.transaction(self.name, nbytes)
+        pad = costs.mem_pad_cycles(insn)
+        if pad:
+            self.stats.busy += pad
+            yield self.env.timeout(pad)
+
+
+class LoadModule(_Unit):
+    """Runs LOAD INP / LOAD WGT: 2-D strided DMA from DRAM with zero padding."""
+
+    def __init__(self, sim: TimingSimulator) -> None:
+        super().__init__(sim, Module.LOAD)
+
+
+class ComputeModule(_Unit):
+    """Runs LOAD UOP / LOAD ACC, GEMM, ALU and FINISH."""
+
+    def __init__(self, sim: TimingSimulator) -> None:
+        super().__init__(sim, Module.COMPUTE)
+
+
+class StoreModule(_Unit):
+    """Runs STORE OUT: 2-D strided DMA from the out buffer to DRAM."""
+
+    def __init__(self, sim: TimingSimulator) -> None:
+        super().__init__(sim, Module.STORE)
+
+
+class FetchModule:
+    """Reads the instruction stream from DRAM in bursts and routes it to the command queues."""
+
+    def __init__(self, sim: TimingSimulator, insns: list[Insn]) -> None:
+        self.sim = sim
+        self.env = sim.env
+        self.insns = insns
+        self.stats = sim.stats.modules["fetch"]
+        self.dispatched = 0
+        self.waiting: str | None = None
+        self.process = self.env.process(self.run())
+
+    def run(self) -> Process:
+        batch = costs.fetch_batch_size(self.sim.cfg)
+        n = len(self.insns)
+        while self.dispatched < n:
+            k = min(batch, n - self.dispatched)
+            self.waiting = "DRAM"
+            yield from self.sim.dram.transaction("fetch", k * INSN_BYTES)
+            for index in range(self.dispatched, self.dispatched + k):
+                insn = self.insns[index]
+                self.stats.busy += 1
+                yield self.env.timeout(1)
+                queue = self.sim.cmd_queues[module_of(insn)]
+                self.waiting = f"room in the {module_of(insn).name.lower()} command queue"
+                asked = self.env.now
+                yield queue.put((index, insn))
+                self.sim.queue_level(f"{module_of(insn).name.lower()} command queue", queue)
+                self.stats.stall(QUEUE_FULL, self.env.now - asked)
+                self.dispatched += 1
+                self.stats.insns += 1
+            self.waiting = None
+
+
+@dataclass
+class _Finish:
+    index: int
+    cycle: int
+
+
+class TimingSimulator:
+    """Cycle-level model of the whole accelerator for one config.
+
+    Parameters
+    ----------
+    cfg
+        The hardware: queue depths, DRAM channel, pipeline parameters.
+    trace
+        Record queue-occupancy and DRAM-bandwidth counters for :meth:`SimStats.write_trace`
+        (instruction slices are always recorded).
+    """
+
+    def __init__(self, cfg: HwConfig, trace: bool = False) -> None:
+        self.cfg = cfg
+        self.trace = trace
+
+    # ------------------------------------------------------------------ hooks for modules
+    def count(self, name: str, cycle: float, value: float) -> None:
+        if self.trace:
+            self.stats.counters.append((name, int(cycle), value))
+
+    def queue_level(self, name: str, store: simpy.Store) -> None:
+        if self.trace:
+            self.stats.counters.append((name, int(self.env.now), float(len(store.items))))
+
+    def retire(self, module: Module, index: int, insn: Insn, start: int) -> None:
+        self.fsim.execute(insn, index, self.dram_image)
+        self.stats.timeline.append(
+            Slice(module.name.lower(), index, _slice_name(insn), int(start), int(self.env.now))
+        )
+        _account_buffers(self.stats, insn, self.cfg)
+        if isinstance(insn, GemmInsn):
+            self.stats.gemm_busy += costs.gemm_cycles(insn, self.cfg)
+            if not insn.reset:
+                cfg = self.cfg
+                self.stats.macs += insn.n_uops * cfg.batch * cfg.block_in * cfg.block_out
+        elif isinstance(insn, AluInsn):
+            self.stats.alu_busy += costs.alu_cycles(insn, self.cfg)
+
+    def finish(self, index: int, insn: Insn) -> None:
+        self.finished = _Finish(index, int(self.env.now))
+        self.done.succeed()
+
+    # ------------------------------------------------------------------ run
+    def run(self, program: Program, dram: Dram) -> SimStats:
+        """Simulate ``program`` on ``dram`` (modified in place, exactly as ``fsim`` would).
+
+        Raises
+        ------
+        ProgramError
+            Static errors, or instructions or tokens left when FINISH retires.
+        SimulationDeadlock
+            The event queue ran dry before FINISH; the message says who waits on what.
+        """
+        cfg = self.cfg
+        if program.config != cfg:
+            raise ProgramError(
+                f"program was built for config {program.config.name}, not {cfg.name}"
+            )
+        program.validate()
+        place_program(program, dram)
+        self.env = simpy.Environment()
+        self.dram_image = dram
+        self.fsim = FunctionalSimulator(cfg)
+        self.stats = SimStats(
+            cycles=0,
+            peak_macs_per_cycle=cfg.peak_macs_per_cycle,
+            clock_mhz=cfg.clock_mhz,
+            modules={name: ModuleStats() for name in MODULES},
+        )
+        self.finished: _Finish | None = None
+        self.done = self.env.event()
+        self.last_push: dict[TokenQueue, int] = {}
+        self.cmd_queues = {m: simpy.Store(self.env, cfg.queues.cmd_depth) for m in Module}
+        self.token_queues = {q: simpy.Store(self.env, cfg.queues.token_depth) for q in TokenQueue}
+        self.dram = DramChannel(self.env, cfg, self)
+        self.fetch = FetchModule(self, program.insns)
+        self.units = {
+            Module.LOAD: LoadModule(self),
+            Module.COMPUTE: ComputeModule(self),
+            Module.STORE: StoreModule(self),
+        }
+        try:
+            self.env.run(until=self.done)
+        except RuntimeError as exc:
+            if self.finished is not None or "until" not in str(exc):
+                raise
+            raise SimulationDeadlock(self._deadlock_report()) from None
+        finished = self.finished
+        assert finished is not None
+        # Let anything still runnable drain, then report what FINISH left behind.
+        self.env.run()
+        self._check_leftovers(finished.index)
+        self.stats.cycles = finished.cycle
+        self.stats.insn_counts = dict(self.fsim.stats.insn_counts)
+        for m in self.stats.modules.values():
+            m.stall(CMD_EMPTY, finished.cycle - m.busy - m.stall_total)
+        return self.stats
+
+    def _check_leftovers(self, finish_index: int) -> None:
+        for module, unit in self.units.items():
+            left = [i for i, _ in self.cmd_queues[module].items]
+            if unit.current is not None:
+                left.insert(0, unit.current[0])
+            if left:
+                raise ProgramError(
+                    f"FINISH at instruction {finish_index} retired with {len(left)} "
+                    f"{unit.name} instruction(s) never run, from instruction {min(left)}"
+                )
+        if self.fetch.dispatched < len(self.fetch.insns):
+            raise ProgramError(
+                f"FINISH at instruction {finish_index} retired with "
+                f"{len(self.fetch.insns) - self.fetch.dispatched} instruction(s) never fetched"
+            )
+        left_tokens = [
+            f"{q.value}={len(s.items)} (last pushed by instruction {self.last_push.get(q, '?')})"
+            for q, s in self.token_queues.items()
+            if s.items
+        ]
+        if left_tokens:
+            raise ProgramError(
+                f"FINISH at instruction {finish_index} left tokens in {', '.join(left_tokens)}"
+            )
+
+    def _deadlock_report(self) -> str:
+        parts = []
+        for unit in self.units.values():
+            if unit.current is None:
+                parts.append(f"{unit.name} waits for {unit.waiting}")
+            else:
+                index, insn = unit.current
+                parts.append(
+                    f"{unit.name} waits at instruction {index} ({_count_key(insn)}) to "
+                    f"{unit.waiting}"
+                )
+        fetch = self.fetch
+        if fetch.dispatched < len(fetch.insns):
+            parts.append(
+                f"fetch waits for {fetch.waiting} at instruction {fetch.dispatched}"
+            )
+        else:
+            parts.append(f"fetch has dispatched all {len(fetch.insns)} instructions")
+        tokens = " ".join(f"{q.value}={len(s.items)}" for q, s in self.token_queues.items())
+        return f"deadlock at cycle {int(self.env.now)}: {'; '.join(parts)}; tokens: {tokens}"
+
+
+def _slice_name(insn: Insn) -> str:
+    if isinstance(insn, MemInsn):
+        return f"{insn.opcode.name} {insn.mem_type.name} {insn.y_size}x{insn.x_size}"
+    if isinstance(insn, (GemmInsn, AluInsn)):
+        head = "GEMM" + (" reset" if insn.reset else "") if isinstance(insn, GemmInsn) \
+            else f"ALU {insn.alu_op.name}"
+        return f"{head} {insn.iter_out}x{insn.iter_in}x{insn.uop_end - insn.uop_bgn}"
+    return insn.opcode.name
+
+
+def _add(d: dict[str, int], key: str, n: int) -> None:
+    if n:
+        d[key] = d.get(key, 0) + n
+
+
+def _account_buffers(stats: SimStats, insn: Insn, cfg: HwConfig) -> None:
+    """On-chip buffer traffic of one instruction, in bytes."""
+    rd, wr = stats.bytes_read, stats.bytes_written
+    if isinstance(insn, MemInsn):
+        buf = insn.mem_type.buffer
+        if insn.store:
+            _add(rd, "out", insn.y_size * insn.x_size * cfg.out_tile_bytes)
+        else:
+            _add(wr, buf, insn.sram_elems * cfg.tile_bytes(buf))
+        return
+    if not isinstance(insn, (GemmInsn, AluInsn)):
+        return
+    n = insn.n_uops
+    _add(rd, "uop", n * cfg.uop_bytes)
+    _add(wr, "acc", n * cfg.acc_tile_bytes)
+    _add(wr, "out", n * cfg.out_tile_bytes)
+    if isinstance(insn, GemmInsn):
+        if not insn.reset:
+            _add(rd, "inp", n * cfg.inp_tile_bytes)
+            _add(rd, "wgt", n * cfg.wgt_tile_bytes)
+            _add(rd, "acc", n * cfg.acc_tile_bytes)
+    else:
+        _add(rd, "acc", n * cfg.acc_tile_bytes * (1 if insn.use_imm else 2))
+
+
+def run_timing(program: Program, dram: Dram, trace: bool = False) -> SimStats:
+    """Simulate ``program`` with a fresh :class:`TimingSimulator` for its config."""
+    return TimingSimulator(program.config, trace=trace).run(program, dram)
