@@ -21,6 +21,7 @@ YAML layout (every section optional except ``core``; absent keys take the defaul
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, field, fields
@@ -254,102 +255,110 @@ class HwConfig:
         return self.core.block_out
 
     # ------------------------------------------------------------------ tile sizes (bytes)
-    @property
+    @functools.cached_property
     def inp_tile_bytes(self) -> int:
         """Bytes of one input tile, ``batch x block_in`` elements."""
         return self.batch * self.block_in * self.precision.inp_bits // 8
 
-    @property
+    @functools.cached_property
     def wgt_tile_bytes(self) -> int:
         """Bytes of one weight tile, ``block_out x block_in`` elements."""
         return self.block_out * self.block_in * self.precision.wgt_bits // 8
 
-    @property
+    @functools.cached_property
     def acc_tile_bytes(self) -> int:
         """Bytes of one accumulator tile, ``batch x block_out`` elements."""
         return self.batch * self.block_out * self.precision.acc_bits // 8
 
-    @property
+    @functools.cached_property
     def out_tile_bytes(self) -> int:
         """Bytes of one output tile, ``batch x block_out`` int8 elements."""
         return self.batch * self.block_out * self.precision.inp_bits // 8
 
-    @property
+    @functools.cached_property
     def uop_bits(self) -> int:
         """Bits of one packed micro-op: dst (acc), src (inp or acc) and wgt indices."""
         return self.acc_index_bits + self.src_index_bits + self.wgt_index_bits
 
-    @property
+    @functools.cached_property
     def uop_bytes(self) -> int:
         """Bytes of one micro-op word in the uop buffer and in DRAM (4 or 8)."""
         return 4 if self.uop_bits <= 32 else 8
 
-    def tile_bytes(self, buffer: str) -> int:
-        """Bytes of one element (tile or micro-op) of ``buffer`` (uop, inp, wgt, acc, out)."""
+    @functools.cached_property
+    def _tile_bytes(self) -> dict[str, int]:
         return {
             "uop": self.uop_bytes,
             "inp": self.inp_tile_bytes,
             "wgt": self.wgt_tile_bytes,
             "acc": self.acc_tile_bytes,
             "out": self.out_tile_bytes,
-        }[buffer]
+        }
+
+    def tile_bytes(self, buffer: str) -> int:
+        """Bytes of one element (tile or micro-op) of ``buffer`` (uop, inp, wgt, acc, out)."""
+        return self._tile_bytes[buffer]
 
     # ------------------------------------------------------------------ depths (tiles)
-    @property
+    @functools.cached_property
     def uop_depth(self) -> int:
         """Micro-ops the uop buffer holds."""
         return self.buffers.uop // self.uop_bytes
 
-    @property
+    @functools.cached_property
     def inp_depth(self) -> int:
         return self.buffers.inp // self.inp_tile_bytes
 
-    @property
+    @functools.cached_property
     def wgt_depth(self) -> int:
         return self.buffers.wgt // self.wgt_tile_bytes
 
-    @property
+    @functools.cached_property
     def acc_depth(self) -> int:
         return self.buffers.acc // self.acc_tile_bytes
 
-    @property
+    @functools.cached_property
     def out_depth(self) -> int:
         """The out buffer mirrors the acc buffer tile for tile."""
         return self.acc_depth
 
-    def depth(self, buffer: str) -> int:
-        """Depth in elements of ``buffer`` (uop, inp, wgt, acc, out)."""
+    @functools.cached_property
+    def _depths(self) -> dict[str, int]:
         return {
             "uop": self.uop_depth,
             "inp": self.inp_depth,
             "wgt": self.wgt_depth,
             "acc": self.acc_depth,
             "out": self.out_depth,
-        }[buffer]
+        }
+
+    def depth(self, buffer: str) -> int:
+        """Depth in elements of ``buffer`` (uop, inp, wgt, acc, out)."""
+        return self._depths[buffer]
 
     # ------------------------------------------------------------------ index widths (bits)
-    @property
+    @functools.cached_property
     def inp_index_bits(self) -> int:
         return _log2(self.buffers.inp // self.inp_tile_bytes)
 
-    @property
+    @functools.cached_property
     def wgt_index_bits(self) -> int:
         return _log2(self.buffers.wgt // self.wgt_tile_bytes)
 
-    @property
+    @functools.cached_property
     def acc_index_bits(self) -> int:
         return _log2(self.buffers.acc // self.acc_tile_bytes)
 
-    @property
+    @functools.cached_property
     def src_index_bits(self) -> int:
         """A micro-op's src is an inp index (GEMM) or an acc index (ALU)."""
         return max(self.inp_index_bits, self.acc_index_bits)
 
-    @property
+    @functools.cached_property
     def uop_index_bits(self) -> int:
         return _log2(self.buffers.uop // self.uop_bytes)
 
-    @property
+    @functools.cached_property
     def sram_index_bits(self) -> int:
         """Width of a LOAD/STORE ``sram_base``: enough for the deepest buffer."""
         return max(
@@ -357,7 +366,7 @@ class HwConfig:
         )
 
     # ------------------------------------------------------------------ performance
-    @property
+    @functools.cached_property
     def peak_macs_per_cycle(self) -> int:
         """MACs the GEMM core retires per cycle at full occupancy."""
         return self.batch * self.block_in * self.block_out // self.gemm.ii
@@ -372,7 +381,7 @@ class HwConfig:
         return self.dram.bytes_per_cycle * self.clock_mhz / 1000.0
 
     # ------------------------------------------------------------------ naming
-    @property
+    @functools.cached_property
     def name(self) -> str:
         """Canonical name, e.g. ``1x8x8_i8w8a32_u8k_i32k_w64k_a64k``.
 

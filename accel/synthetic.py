@@ -1,0 +1,93 @@
+"""Synthetic, correctly synchronised programs for benchmarks and tests.
+
+:func:`pipelined_gemm` builds the shape of a tiled convolution inner loop: per iteration, load an
+input block and a weight block, reset and accumulate a GEMM, requantise with three ALU ops
+(SHR, MAX, MIN), store the outputs. With ``threads=2`` the iterations alternate between two
+halves of every buffer (VTA's two virtual threads), so a load overlaps the previous iteration's
+compute; with ``threads=1`` every stage waits for the one before it, which serialises them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from accel.builder import ProgramBuilder
+from accel.config import HwConfig
+from accel.dram import Dram
+from accel.isa import AluOp, MemType
+from accel.program import Program
+
+__all__ = ["pipelined_gemm"]
+
+
+def pipelined_gemm(
+    cfg: HwConfig,
+    iterations: int,
+    threads: int = 2,
+    pixels: int = 16,
+    in_blocks: int = 4,
+    seed: int = 0,
+) -> tuple[Program, Dram]:
+    """A load / GEMM / ALU / store pipeline of ``8 * iterations + 2`` instructions.
+
+    Parameters
+    ----------
+    cfg
+        The hardware; each thread uses ``pixels * in_blocks`` inp tiles, ``in_blocks`` wgt
+        tiles and ``pixels`` acc tiles, which must fit ``threads`` times.
+    iterations
+        Pipeline iterations (each: LOAD INP, LOAD WGT, GEMM reset, GEMM, 3 ALU, STORE).
+    threads
+        1 (serialised) or 2 (double-buffered, overlapping).
+
+    Raises
+    ------
+    ValueError
+        ``threads`` is not 1 or 2, or the buffers are too small.
+    """
+    if threads not in (1, 2):
+        raise ValueError(f"threads must be 1 or 2, got {threads}")
+    if iterations < 1:
+        raise ValueError(f"iterations must be >= 1, got {iterations}")
+    inp_tiles = pixels * in_blocks
+    if threads * inp_tiles > cfg.inp_depth or threads * in_blocks > cfg.wgt_depth \
+            or threads * pixels > cfg.acc_depth or 2 * pixels > cfg.uop_depth:
+        raise ValueError(f"{pixels} pixels x {in_blocks} blocks x {threads} threads do not fit "
+                         f"the buffers of {cfg.name}")
+    rng = np.random.default_rng(seed)
+    b = ProgramBuilder(cfg)
+    chunks = 4
+    inp = rng.integers(-128, 128, (chunks * inp_tiles, cfg.batch, cfg.block_in), dtype=np.int8)
+    wgt = rng.integers(-128, 128, (chunks * in_blocks, cfg.block_out, cfg.block_in),
+                       dtype=np.int8)
+    inp_addr = b.tensor("inp", inp)
+    wgt_addr = b.tensor("wgt", wgt)
+    out_addr = b.buffer("out", iterations * pixels * cfg.out_tile_bytes, cfg.out_tile_bytes)
+    kernels = [
+        b.uops((t * pixels + p, t * inp_tiles + p, t * in_blocks) for p in range(pixels))
+        for t in range(threads)
+    ]
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=kernels[-1][1],
+           x_stride=kernels[-1][1])
+    distance = threads  # iterations between two uses of the same buffer half
+    for i in range(iterations):
+        t = i % threads
+        bgn, end = kernels[t]
+        chunk = i % chunks
+        b.load(MemType.INP, sram_base=t * inp_tiles, dram_base=inp_addr + chunk * inp_tiles,
+               x_size=inp_tiles, x_stride=inp_tiles, pop_next=i >= distance)
+        b.load(MemType.WGT, sram_base=t * in_blocks, dram_base=wgt_addr + chunk * in_blocks,
+               x_size=in_blocks, x_stride=in_blocks, push_next=True)
+        b.gemm(reset=True, uop_bgn=bgn, uop_end=end, pop_prev=True,
+               pop_next=i >= distance)
+        b.gemm(uop_bgn=bgn, uop_end=end, iter_out=in_blocks, src_factor_out=pixels,
+               wgt_factor_out=1)
+        b.alu(AluOp.SHR, uop_bgn=bgn, uop_end=end, use_imm=True, imm=8)
+        b.alu(AluOp.MAX, uop_bgn=bgn, uop_end=end, use_imm=True, imm=0)
+        b.alu(AluOp.MIN, uop_bgn=bgn, uop_end=end, use_imm=True, imm=127,
+              push_prev=i < iterations - distance, push_next=True)
+        b.store(sram_base=t * pixels, dram_base=out_addr + i * pixels, x_size=pixels,
+                x_stride=pixels, pop_prev=True,
+                push_prev=i < iterations - distance or i == iterations - 1)
+    b.finish(pop_next=True)
+    return b.build()
