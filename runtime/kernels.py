@@ -10,18 +10,18 @@ identical to the ones these kernels return. The semantics, in one place:
 - pooling pads max-pool windows with -128 and avg-pool windows with 0 (count_include_pad);
   averages are floor divisions.
 
-The fast path is im2col (``sliding_window_view``, no Python loop over pixels) followed by a float
-BLAS GEMM that is exact: float32 with the reduction split into chunks of at most
-`FLOAT32_CHUNK_K` products, whose sums (|sum| <= 1024 * 2**14 = 2**24) float32 holds exactly, the
-chunk sums being accumulated in float64 (exact below 2**53). The exact integer result is then
-wrapped to int32.
+The fast path is im2col (``sliding_window_view``, no Python loop over pixels, built in tiles of up
+to 16 MiB) followed by a float BLAS GEMM that is exact: float32 with the reduction split into
+chunks of at most `FLOAT32_CHUNK_K` products, whose sums (|sum| <= 1024 * 2**14 = 2**24) float32
+holds exactly, the chunk sums being accumulated in float64 (exact below 2**53); one float64 GEMM
+for problems too small to amortise chunking. The exact integer result is then wrapped to int32.
 """
 
 from __future__ import annotations
 
 import itertools
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -46,6 +46,13 @@ __all__ = [
 #: Largest reduction length that one float32 GEMM may sum: 1024 products of at most
 #: (-128) * (-128) = 2**14 sum to at most 2**24, the largest range float32 holds exactly.
 FLOAT32_CHUNK_K = 1024
+
+#: Size in bytes of the float32 im2col matrix that conv2d builds per GEMM (a 3x3 conv's is 36x
+#: its int8 input). Tiling over images and output rows bounds the memory of large batches; tiles
+#: stay large because smaller ones were slower on ResNet-18 layers: more, smaller BLAS calls,
+#: and below 4 MiB numpy no longer asks for huge pages, so every call page-faults its
+#: temporaries in 4 KiB at a time (see benchmarks/kernels_conv2d.py).
+_CONV_TILE_BYTES = 16 * 2**20
 
 #: Largest reduction length for which one float64 GEMM is exact (K * 2**14 < 2**53).
 _FLOAT64_EXACT_K = 2**39 - 1
@@ -191,10 +198,10 @@ def _exact_gemm(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.in
         return _wrap_int32(total.astype(np.int64))
     # Equal-sized chunks keep every GEMM about as deep, so none of them is a thin leftover.
     n_chunks = -(-k // FLOAT32_CHUNK_K)
-    bounds = np.linspace(0, k, n_chunks + 1).round().astype(np.int64)
+    bounds = [i * k // n_chunks for i in range(n_chunks + 1)]  # steps <= ceil(k / n_chunks)
     total = np.zeros((a.shape[0], b.shape[1]), dtype=np.float64)
     chunk = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
-    for lo, hi in itertools.pairwise(bounds.tolist()):
+    for lo, hi in itertools.pairwise(bounds):
         np.matmul(a[:, lo:hi], b[lo:hi], out=chunk)
         total += chunk
     return _wrap_int32(total.astype(np.int64))
@@ -243,13 +250,14 @@ def requantize(
     acc = _check_array(op, "acc", acc, np.int32, None, "array")
     shift = _check_shift(op, shift)
     relu = _check_flag(op, "relu", relu)
-    if bias is not None:
-        if not _is_int(axis) or not -acc.ndim <= axis < acc.ndim:
-            raise ValueError(
-                f"{op}: axis must be an int in {-acc.ndim}..{acc.ndim - 1} for an acc of shape "
-                f"{acc.shape}, got {axis!r}"
-            )
-        bias = _check_bias(op, bias, acc.shape[axis])
+    if bias is None:
+        return _requantize(acc, shift, relu, None, 0, scratch=False)
+    if not _is_int(axis) or not -acc.ndim <= axis < acc.ndim:
+        raise ValueError(
+            f"{op}: axis must be an int in {-acc.ndim}..{acc.ndim - 1} for an acc of shape "
+            f"{acc.shape}, got {axis!r}"
+        )
+    bias = _check_bias(op, bias, acc.shape[axis])
     return _requantize(acc, shift, relu, bias, int(axis), scratch=False)
 
 
@@ -293,27 +301,58 @@ def relu(x: NDArray[np.int8]) -> NDArray[np.int8]:
 # --------------------------------------------------------------------------- conv2d
 
 
-def _im2col(
+def _conv_windows(
     x: NDArray[np.int8], kernel: tuple[int, int], stride: tuple[int, int],
     padding: tuple[int, int], out_hw: tuple[int, int],
 ) -> NDArray[np.float32]:
-    """im2col of an NCHW int8 input into a float32 matrix.
-
-    Returns
-    -------
-    ndarray, shape (C * KH * KW, N * OH * OW), float32
-        Rows ordered (c, kh, kw) like an OIHW weight flattened per output channel; columns
-        ordered (n, oh, ow).
-    """
-    n, c = x.shape[:2]
+    """Sliding-window view of the zero-padded float32 input, shape (N, C, OH, OW, KH, KW)."""
     xf = x.astype(np.float32)
     if padding != (0, 0):
         pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
         xf = np.pad(xf, pads)
     windows = sliding_window_view(xf, kernel, axis=(2, 3))  # (N, C, H', W', KH, KW)
-    windows = windows[:, :, :: stride[0], :: stride[1]][:, :, : out_hw[0], : out_hw[1]]
-    cols = windows.transpose(1, 4, 5, 0, 2, 3)  # (C, KH, KW, N, OH, OW)
-    return cols.reshape(c * kernel[0] * kernel[1], n * out_hw[0] * out_hw[1])
+    return windows[:, :, :: stride[0], :: stride[1]][:, :, : out_hw[0], : out_hw[1]]
+
+
+def _conv2d_acc_tiles(
+    x: NDArray[np.int8], w: NDArray[np.int8], stride: tuple[int, int],
+    padding: tuple[int, int], out_hw: tuple[int, int],
+) -> Iterator[tuple[slice, slice, NDArray[np.int32]]]:
+    """The conv2d accumulator, one tile of images x output rows at a time.
+
+    Each tile is one im2col matrix of at most about `_CONV_TILE_BYTES` (or one output row of
+    one image, if that is larger) and one exact GEMM.
+
+    Yields
+    ------
+    images : slice
+        The tile's range of the batch axis N.
+    rows : slice
+        The tile's range of output rows OH.
+    acc : ndarray, shape (OC, images, rows, OW), int32
+        The accumulator of that tile, in the GEMM's channel-major layout.
+    """
+    n = x.shape[0]
+    oc, _, kh, kw = w.shape
+    oh, ow = out_hw
+    reduction = w.shape[1] * kh * kw
+    windows = _conv_windows(x, (kh, kw), stride, padding, out_hw)
+    weights = w.reshape(oc, reduction).astype(np.float32)
+    image_bytes = max(1, reduction * oh * ow * 4)
+    if image_bytes <= _CONV_TILE_BYTES:
+        n_step, row_step = max(1, _CONV_TILE_BYTES // image_bytes), oh
+    else:
+        n_step, row_step = 1, max(1, _CONV_TILE_BYTES // max(1, reduction * ow * 4))
+    for n0 in range(0, n, n_step):
+        images = slice(n0, min(n, n0 + n_step))
+        for r0 in range(0, oh, row_step):
+            rows = slice(r0, min(oh, r0 + row_step))
+            tile = windows[images, :, rows]  # (n_t, C, r_t, OW, KH, KW)
+            n_t, r_t = tile.shape[0], tile.shape[2]
+            # Rows ordered (c, kh, kw) like w flattened per output channel; columns (n, oh, ow).
+            cols = tile.transpose(1, 4, 5, 0, 2, 3).reshape(reduction, n_t * r_t * ow)
+            acc = _exact_gemm(weights, cols)  # (OC, n_t * r_t * OW)
+            yield images, rows, acc.reshape(oc, n_t, r_t, ow)
 
 
 def _check_conv(
@@ -369,20 +408,10 @@ def conv2d_acc(
         the padded input.
     """
     x, w, stride_hw, padding_hw, out_hw = _check_conv("conv2d_acc", x, w, stride, padding)
-    acc = _conv2d_acc_cnhw(x, w, stride_hw, padding_hw, out_hw)
-    return np.ascontiguousarray(acc.transpose(1, 0, 2, 3))
-
-
-def _conv2d_acc_cnhw(
-    x: NDArray[np.int8], w: NDArray[np.int8], stride: tuple[int, int],
-    padding: tuple[int, int], out_hw: tuple[int, int],
-) -> NDArray[np.int32]:
-    """conv2d accumulator in the GEMM's own layout, shape (OC, N, OH, OW)."""
-    oc, _, kh, kw = w.shape
-    cols = _im2col(x, (kh, kw), stride, padding, out_hw)
-    weights = w.reshape(oc, -1).astype(np.float32)
-    acc = _exact_gemm(weights, cols)  # (OC, N * OH * OW)
-    return acc.reshape(oc, x.shape[0], out_hw[0], out_hw[1])
+    out = np.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int32)
+    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw):
+        out[images, :, rows] = acc.transpose(1, 0, 2, 3)
+    return out
 
 
 def conv2d(
@@ -430,10 +459,12 @@ def conv2d(
     bias = _check_bias(op, bias, w.shape[0])
     shift = _check_shift(op, shift)
     relu = _check_flag(op, "relu", relu)
-    acc = _conv2d_acc_cnhw(x, w, stride_hw, padding_hw, out_hw)
-    # Requantize before going to NCHW: the transpose then moves int8 instead of int32.
-    out = _requantize(acc, shift, relu, bias, axis=0, scratch=True)
-    return np.ascontiguousarray(out.transpose(1, 0, 2, 3))
+    out = np.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int8)
+    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw):
+        # Requantize before going to NCHW: the transpose then moves int8 instead of int32.
+        tile = _requantize(acc, shift, relu, bias, axis=0, scratch=True)
+        out[images, :, rows] = tile.transpose(1, 0, 2, 3)
+    return out
 
 
 # --------------------------------------------------------------------------- matmul / dense

@@ -254,6 +254,28 @@ def test_conv2d_matches_loop_reference(case: tuple) -> None:
         np.testing.assert_array_equal(got, ref.conv2d(x, w, bias, stride, padding, shift, relu))
 
 
+@pytest.mark.parametrize("tile_bytes", [1, 2000, 20_000, 2**30])
+def test_conv2d_tiling_does_not_change_results(
+    tile_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One image's im2col is K * OH * OW * 4 = 27 * 6 * 7 * 4 = 4536 bytes. 1: one output row of
+    # one image per tile; 2000: two rows (the last tile of each image has two too); 20_000: four
+    # images per tile, so the second tile is partial; 2**30: everything in one tile.
+    monkeypatch.setattr(kernels, "_CONV_TILE_BYTES", tile_bytes)
+    rng = np.random.default_rng(5)
+    x = rand_int8(rng, (5, 3, 11, 9))
+    w = rand_int8(rng, (4, 3, 3, 3))
+    bias = rand_bias(rng, 4)
+    stride, padding = (2, 1), (1, 0)
+    acc = kernels.conv2d_acc(x, w, stride, padding)
+    assert acc.shape == (5, 4, 6, 7)
+    np.testing.assert_array_equal(acc, ref.conv2d_acc(x, w, stride, padding))
+    np.testing.assert_array_equal(
+        kernels.conv2d(x, w, bias, stride, padding, shift=5, relu=True),
+        ref.conv2d(x, w, bias, stride, padding, 5, True),
+    )
+
+
 def test_conv2d_batch_equals_per_image_and_accepts_views() -> None:
     rng = np.random.default_rng(1)
     base = rand_int8(rng, (3, 4, 10, 12))
@@ -426,6 +448,15 @@ def test_requantize_bias_wraps_and_broadcasts_along_axis() -> None:
     assert out_last.tolist() == [[-5, 0, 7], [-5, 0, 7]]
     out_first = kernels.requantize(np.zeros((3, 2), dtype=np.int32), 0, bias=bias3, axis=0)
     assert out_first.tolist() == [[-5, -5], [0, 0], [7, 7]]
+
+
+def test_requantize_leaves_its_input_alone() -> None:
+    acc = np.array([[1000, -1000], [7, -7]], dtype=np.int32)
+    before = acc.copy()
+    out = kernels.requantize(acc, 2, relu=True, bias=np.array([1, 2], np.int32))
+    assert out.tolist() == [[127, 0], [2, 0]]
+    kernels.requantize(acc, 3)
+    np.testing.assert_array_equal(acc, before)
 
 
 def test_conv2d_and_matmul_bias_is_per_output_channel() -> None:
