@@ -191,7 +191,9 @@ class MemInsn(Insn):
 
     @property
     def sram_elems(self) -> int:
-        """Elements of SRAM the instruction touches."""
+        """Elements of SRAM the instruction touches (none for a zero-size LOAD/STORE)."""
+        if not (self.y_size and self.x_size):
+            return 0
         if self.store:
             return self.y_size * self.x_size
         return self.rows * self.cols

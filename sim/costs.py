@@ -16,7 +16,7 @@ instruction per cycle into its module's command queue::
 
 LOAD / STORE: one decode cycle, then each DRAM row of ``x_size * elem`` bytes is split into
 bursts (``elem`` = bytes of one tile or micro-op word); a LOAD also writes its pad elements into
-SRAM at one element per cycle::
+SRAM at one element per cycle (a zero-size LOAD writes none)::
 
     mem = 1 + y_size * sum(dram_cycles(b) for b in row_bursts(x_size * elem))
             + (rows * cols - y_size * x_size)           # LOAD padding only
@@ -83,8 +83,11 @@ def mem_row_bursts(insn: MemInsn, cfg: HwConfig) -> list[int]:
 
 
 def mem_pad_cycles(insn: MemInsn) -> int:
-    """Cycles a LOAD spends writing zero padding into SRAM (one element per cycle)."""
-    if insn.store:
+    """Cycles a LOAD spends writing zero padding into SRAM (one element per cycle).
+
+    A zero-size LOAD only carries tokens and writes no padding.
+    """
+    if insn.store or not (insn.y_size and insn.x_size):
         return 0
     return insn.rows * insn.cols - insn.y_size * insn.x_size
 

@@ -154,6 +154,8 @@ class FunctionalSimulator:
         self.sram = SramState(cfg)
         self.stats = FsimStats()
         self._exact_f32 = cfg.block_in <= 1024
+        self._plans: dict[tuple[object, ...], _LoopPlan] = {}
+        self._uop_epoch = 0
 
     # ------------------------------------------------------------------ program level
     def run(self, program: Program, dram: Dram) -> FsimStats:
@@ -287,19 +289,22 @@ class FunctionalSimulator:
         cfg = self.cfg
         buffer = self.sram.buffer(insn.mem_type)
         elem = cfg.tile_bytes(insn.mem_type.buffer)
+        if not (insn.y_size and insn.x_size):
+            return  # a zero-size LOAD only carries tokens: no padding is written either
+        if insn.mem_type is MemType.UOP:
+            self._uop_epoch += 1  # cached micro-op loop plans are stale
         block = np.zeros((insn.rows, insn.cols, *buffer.shape[1:]), dtype=buffer.dtype)
-        if insn.y_size and insn.x_size:
-            rows = self._dram_rows(insn, index, dram, elem)
-            if insn.mem_type is MemType.UOP:
-                words = rows.reshape(-1).view(f"<u{cfg.uop_bytes}")
-                data = decode_uops(words, cfg)
-            else:
-                data = rows.reshape(-1).view(buffer.dtype.newbyteorder("<"))
-            block[insn.y_pad_0 : insn.y_pad_0 + insn.y_size,
-                  insn.x_pad_0 : insn.x_pad_0 + insn.x_size] = data.reshape(
-                (insn.y_size, insn.x_size, *buffer.shape[1:])
-            )
-            self.stats.bytes_loaded[insn.mem_type.buffer] += insn.y_size * insn.x_size * elem
+        rows = self._dram_rows(insn, index, dram, elem)
+        if insn.mem_type is MemType.UOP:
+            words = rows.reshape(-1).view(f"<u{cfg.uop_bytes}")
+            data = decode_uops(words, cfg)
+        else:
+            data = rows.reshape(-1).view(buffer.dtype.newbyteorder("<"))
+        block[insn.y_pad_0 : insn.y_pad_0 + insn.y_size,
+              insn.x_pad_0 : insn.x_pad_0 + insn.x_size] = data.reshape(
+            (insn.y_size, insn.x_size, *buffer.shape[1:])
+        )
+        self.stats.bytes_loaded[insn.mem_type.buffer] += insn.y_size * insn.x_size * elem
         n = insn.rows * insn.cols
         buffer[insn.sram_base : insn.sram_base + n] = block.reshape((n, *buffer.shape[1:]))
 
@@ -322,40 +327,72 @@ class FunctionalSimulator:
                 f"the buffer of depth {depth}"
             )
 
+    def _plan(self, insn: GemmInsn | AluInsn, index: int) -> _LoopPlan:
+        """The index plan of a micro-op loop, range-checked; cached until the next LOAD UOP."""
+        is_gemm = isinstance(insn, GemmInsn)
+        key = (
+            self._uop_epoch, is_gemm, insn.uop_bgn, insn.uop_end, insn.iter_out, insn.iter_in,
+            insn.dst_factor_out, insn.dst_factor_in, insn.src_factor_out, insn.src_factor_in,
+            insn.wgt_factor_out if is_gemm else 0,  # type: ignore[union-attr]
+            insn.wgt_factor_in if is_gemm else 0,  # type: ignore[union-attr]
+            (insn.reset if is_gemm else insn.use_imm),  # type: ignore[union-attr]
+        )
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        cfg = self.cfg
+        indices = _loop_indices(insn, self.sram.uop)
+        dst, src = indices[0], indices[1]
+        if isinstance(insn, GemmInsn):
+            self._check_range(insn, index, "acc", dst, cfg.acc_depth)
+            if not insn.reset:
+                self._check_range(insn, index, "inp", src, cfg.inp_depth)
+                self._check_range(insn, index, "wgt", indices[2], cfg.wgt_depth)
+            plan = _LoopPlan(dst, src, indices[2], *_group_by_index(dst))
+        else:
+            self._check_range(insn, index, "acc dst", dst, cfg.acc_depth)
+            if not insn.use_imm:
+                self._check_range(insn, index, "acc src", src, cfg.acc_depth)
+            ordered = _alu_vectorisable(dst, src, insn.use_imm, cfg.acc_depth)
+            plan = _LoopPlan(dst, src, None, None, None, None, ordered)
+        if len(self._plans) >= 4096:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
     def _gemm(self, insn: GemmInsn, index: int) -> None:
         sram = self.sram
-        dst, src, wgt = _loop_indices(insn, sram.uop)
-        self._check_range(insn, index, "acc", dst, self.cfg.acc_depth)
+        plan = self._plan(insn, index)
+        dst = plan.dst
         if not dst.size:
             return
-        self.stats.gemm_uops += dst.size
         if insn.reset:
             sram.acc[dst] = 0
             sram.out[dst] = 0
             return
-        self._check_range(insn, index, "inp", src, self.cfg.inp_depth)
-        self._check_range(insn, index, "wgt", wgt, self.cfg.wgt_depth)
+        self.stats.gemm_uops += dst.size  # as VTA's fsim: reset micro-ops are not counted
         ftype = np.float32 if self._exact_f32 else np.float64
-        a = sram.inp[src].astype(ftype)                       # (n, batch, block_in)
-        w = sram.wgt[wgt].astype(ftype).transpose(0, 2, 1)    # (n, block_in, block_out)
-        prod = np.matmul(a, w).astype(np.int64)               # exact: |sum| < 2**24
+        a = sram.inp[plan.src].astype(ftype)                      # (n, batch, block_in)
+        w = sram.wgt[plan.wgt].astype(ftype).transpose(0, 2, 1)   # (n, block_in, block_out)
+        prod = np.matmul(a, w).astype(np.int64)                   # exact: |sum| < 2**24
         self.stats.macs += dst.size * self.cfg.batch * self.cfg.block_in * self.cfg.block_out
-        targets, sums = _sum_by_index(dst, prod)
+        if plan.order is None:
+            targets, sums = dst, prod
+        else:
+            targets = plan.targets
+            sums = np.add.reduceat(prod[plan.order], plan.starts, axis=0)
         result = _wrap32(sram.acc[targets].astype(np.int64) + sums)
         sram.acc[targets] = result
         sram.out[targets] = result.astype(np.int8)
 
     def _alu(self, insn: AluInsn, index: int) -> None:
         sram = self.sram
-        dst, src = _loop_indices(insn, sram.uop)
-        depth = self.cfg.acc_depth
-        self._check_range(insn, index, "acc dst", dst, depth)
+        plan = self._plan(insn, index)
+        dst, src = plan.dst, plan.src
         if not dst.size:
             return
         self.stats.alu_uops += dst.size
-        if not insn.use_imm:
-            self._check_range(insn, index, "acc src", src, depth)
-        if _alu_vectorisable(dst, src, insn.use_imm, depth):
+        if plan.vectorisable:
             operand = insn.imm if insn.use_imm else sram.acc[src]
             result = alu_apply(insn.alu_op, sram.acc[dst], operand)
             sram.acc[dst] = result
@@ -369,14 +406,31 @@ class FunctionalSimulator:
             sram.out[d] = result.astype(np.int8)
 
 
-def _sum_by_index(idx: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unique indices and the sums of ``values`` rows that share each index."""
+@dataclass(frozen=True)
+class _LoopPlan:
+    """Flattened indices of a micro-op loop and how to group repeated destinations."""
+
+    dst: np.ndarray
+    src: np.ndarray
+    wgt: np.ndarray | None
+    order: np.ndarray | None      # GEMM: sort order grouping equal dst (None: all distinct)
+    starts: np.ndarray | None     # GEMM: group starts within the sorted order
+    targets: np.ndarray | None    # GEMM: the distinct dst of each group
+    vectorisable: bool = True     # ALU: all micro-ops at once equals one at a time
+
+
+def _group_by_index(
+    idx: np.ndarray,
+) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """Sort order, group starts and distinct values of ``idx`` (all None if no repeats)."""
+    if idx.size < 2:
+        return None, None, None
     order = np.argsort(idx, kind="stable")
     sorted_idx = idx[order]
     starts = np.flatnonzero(np.r_[True, sorted_idx[1:] != sorted_idx[:-1]])
     if len(starts) == len(idx):
-        return idx, values
-    return sorted_idx[starts], np.add.reduceat(values[order], starts, axis=0)
+        return None, None, None
+    return order, starts, sorted_idx[starts]
 
 
 def _alu_vectorisable(dst: np.ndarray, src: np.ndarray, use_imm: bool, depth: int) -> bool:
