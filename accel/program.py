@@ -355,8 +355,6 @@ def _check_insn(i: int, insn: Insn, cfg: HwConfig) -> None:
                     f"SRAM range [{insn.sram_base}, {end}) exceeds the "
                     f"{insn.mem_type.buffer} buffer depth {depth}"
                 )
-            if insn.y_size > 1 and insn.x_stride < insn.x_size:
-                raise fail(f"x_stride {insn.x_stride} is smaller than x_size {insn.x_size}")
     elif isinstance(insn, (GemmInsn, AluInsn)):
         if insn.uop_end < insn.uop_bgn or insn.uop_end > cfg.uop_depth:
             raise fail(

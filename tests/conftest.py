@@ -1,0 +1,35 @@
+"""Shared pytest fixtures: the shipped hardware configs and a seeded random generator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import accel
+from accel.config import HwConfig
+
+RNG_SEED = 20240607
+
+
+@pytest.fixture(scope="session")
+def cfg() -> HwConfig:
+    """The packaged default config (1x8x8 core)."""
+    return accel.load_config()
+
+
+@pytest.fixture(scope="session")
+def tiny() -> HwConfig:
+    """The tiny config (1x4x4 core, small buffers, shallow queues)."""
+    return accel.load_config("tiny")
+
+
+@pytest.fixture(scope="session")
+def vta() -> HwConfig:
+    """VTA's published default shape and buffer sizes (1x16x16 core)."""
+    return accel.load_config("vta_1x16x16")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """A freshly seeded generator per test, so every test sees the same numbers."""
+    return np.random.default_rng(RNG_SEED)
