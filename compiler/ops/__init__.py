@@ -1,0 +1,1 @@
+"""Operators: compute definitions on blocked layouts plus accelerator schedules with knobs."""

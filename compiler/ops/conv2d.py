@@ -1,0 +1,208 @@
+"""conv2d: the compute definition on blocked layouts and its accelerator schedule.
+
+The operator is defined on the layouts the accelerator moves (``accel.dram``): data
+``NCHW{b}n{i}c`` as ``(N/b, C/i, H, W, b, i)``, kernel ``OIHW{o}o{i}i``, bias per output channel
+block as ``(O/o, b, o)`` int32 (one acc tile per block), output ``(N/b, O/o, OH, OW, b, o)`` int8.
+The body is the int32 sum over input-channel blocks, kernel rows and columns and the channels
+inside a block, followed by the requantisation chain (bias, shift, clip, ReLU) in the acc
+scope, then the cast to int8 that a STORE of the out buffer performs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from accel.config import HwConfig
+from compiler.errors import LoweringError
+from compiler.intrin import gemm_intrinsic
+from compiler.ops.requant import requantize_stages, schedule_requant
+from compiler.schedule import Pragma, Schedule, create_schedule
+from compiler.te import Tensor, compute, if_then_else, placeholder, reduce_axis, sum
+
+__all__ = ["Conv2dKnobs", "Conv2dWorkload", "conv2d_compute", "conv2d_schedule"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Conv2dWorkload:
+    """A conv2d layer: shapes in elements (NCHW / OIHW), stride, padding, requantisation."""
+
+    batch: int
+    in_channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel_h: int
+    kernel_w: int
+    stride_h: int = 1
+    stride_w: int = 1
+    pad_h: int = 0
+    pad_w: int = 0
+    bias: bool = False
+    shift: int = 0
+    relu: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "in_channels", "height", "width", "out_channels", "kernel_h",
+                     "kernel_w", "stride_h", "stride_w"):
+            if getattr(self, name) < 1:
+                raise LoweringError(f"conv2d: {name} must be >= 1, got {getattr(self, name)}")
+        if self.pad_h < 0 or self.pad_w < 0:
+            raise LoweringError(f"conv2d: padding must be >= 0, got ({self.pad_h}, {self.pad_w})")
+        if self.out_height < 1 or self.out_width < 1:
+            raise LoweringError(
+                f"conv2d: a {self.kernel_h}x{self.kernel_w} kernel does not fit the "
+                f"{self.height + 2 * self.pad_h}x{self.width + 2 * self.pad_w} padded input"
+            )
+        if not 0 <= self.shift <= 31:
+            raise LoweringError(f"conv2d: shift must be in 0..31, got {self.shift}")
+
+    @property
+    def out_height(self) -> int:
+        return (self.height + 2 * self.pad_h - self.kernel_h) // self.stride_h + 1
+
+    @property
+    def out_width(self) -> int:
+        return (self.width + 2 * self.pad_w - self.kernel_w) // self.stride_w + 1
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the layer (unpadded channels)."""
+        return (self.batch * self.out_channels * self.out_height * self.out_width
+                * self.in_channels * self.kernel_h * self.kernel_w)
+
+    def blocks(self, cfg: HwConfig) -> tuple[int, int, int]:
+        """(batch blocks, input channel blocks, output channel blocks) on ``cfg``."""
+        return (_ceil_div(self.batch, cfg.batch), _ceil_div(self.in_channels, cfg.block_in),
+                _ceil_div(self.out_channels, cfg.block_out))
+
+    def signature(self) -> str:
+        return (f"conv2d_n{self.batch}_c{self.in_channels}_h{self.height}_w{self.width}_"
+                f"o{self.out_channels}_k{self.kernel_h}x{self.kernel_w}_"
+                f"s{self.stride_h}x{self.stride_w}_p{self.pad_h}x{self.pad_w}_"
+                f"b{int(self.bias)}_sh{self.shift}_r{int(self.relu)}")
+
+
+@dataclass(frozen=True)
+class Conv2dKnobs:
+    """Schedule knobs, VTA's names. Tiles count blocks (b, co, ci) or output pixels (h, w)."""
+
+    tile_b: int = 1
+    tile_h: int = 1
+    tile_w: int = 1
+    tile_ci: int = 1
+    tile_co: int = 1
+    oc_nthread: int = 1
+    h_nthread: int = 1
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    @property
+    def nthreads(self) -> int:
+        return self.oc_nthread * self.h_nthread
+
+
+def conv2d_compute(wl: Conv2dWorkload, cfg: HwConfig) -> dict[str, Tensor]:
+    """The tensor expressions of ``wl`` on ``cfg``'s blocked layouts, by name."""
+    nb, cib, cob = wl.blocks(cfg)
+    b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+    h, w, ph, pw = wl.height, wl.width, wl.pad_h, wl.pad_w
+    data = placeholder((nb, cib, h, w, b, bi), "int8", "data")
+    kernel = placeholder((cob, cib, wl.kernel_h, wl.kernel_w, bo, bi), "int8", "kernel")
+    pad = compute(
+        (nb, cib, h + 2 * ph, w + 2 * pw, b, bi),
+        lambda n, c, y, x, bb, i: if_then_else(
+            (y >= ph) & (y < h + ph) & (x >= pw) & (x < w + pw),
+            data[n, c, y - ph, x - pw, bb, i], 0),
+        "pad", dtype="int8",
+    )
+    ic = reduce_axis(cib, "ic")
+    kh = reduce_axis(wl.kernel_h, "kh")
+    kw = reduce_axis(wl.kernel_w, "kw")
+    ici = reduce_axis(bi, "ici")
+    sh, sw = wl.stride_h, wl.stride_w
+    conv = compute(
+        (nb, cob, wl.out_height, wl.out_width, b, bo),
+        lambda n, o, y, x, bb, co: sum(
+            pad[n, ic, y * sh + kh, x * sw + kw, bb, ici].astype("int32")
+            * kernel[o, ic, kh, kw, co, ici].astype("int32"),
+            axis=[ic, kh, kw, ici]),
+        "conv",
+    )
+    tensors = {"data": data, "kernel": kernel, "pad": pad, "conv": conv}
+    bias = placeholder((cob, b, bo), "int32", "bias") if wl.bias else None
+    if bias is not None:
+        tensors["bias"] = bias
+    tensors.update(requantize_stages(conv, bias, wl.shift, wl.relu, channel_axis=1))
+    return tensors
+
+
+def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Schedule:
+    """VTA's conv2d schedule: tile the output, cache inputs into inp/wgt, accumulate in acc,
+    tensorize with GEMM, requantise with the ALU, virtual threads over output channel blocks
+    and rows.
+
+    Raises
+    ------
+    LoweringError
+        Knobs that do not divide the layer's dimensions.
+    """
+    nb, cib, cob = wl.blocks(cfg)
+    _check_divides("tile_b", knobs.tile_b, nb, "batch blocks")
+    _check_divides("tile_ci", knobs.tile_ci, cib, "input channel blocks")
+    _check_divides("tile_co * oc_nthread", knobs.tile_co * knobs.oc_nthread, cob,
+                   "output channel blocks")
+    _check_divides("tile_h * h_nthread", knobs.tile_h * knobs.h_nthread, wl.out_height,
+                   "output rows")
+    _check_divides("tile_w", knobs.tile_w, wl.out_width, "output columns")
+    t = conv2d_compute(wl, cfg)
+    s = create_schedule(t["out"])
+    out, conv = s.tensor("out"), s.tensor("conv")
+    s[s.tensor("pad")].compute_inline()
+    cdata = s.cache_read(s.tensor("pad"), "inp", [conv])
+    ckernel = s.cache_read(s.tensor("kernel"), "wgt", [conv])
+    s[conv].set_scope("acc")
+
+    so = s[out]
+    n, o, y, x, _, _ = so.op.axis
+    n_o, n_i = so.split(n, knobs.tile_b)
+    o_o, o_i = so.split(o, knobs.tile_co)
+    y_o, y_i = so.split(y, knobs.tile_h)
+    x_o, x_i = so.split(x, knobs.tile_w)
+    o_oo, o_v = so.split(o_o, knobs.oc_nthread)
+    y_oo, y_v = so.split(y_o, knobs.h_nthread)
+    so.reorder(n_o, o_oo, y_oo, x_o, o_v, y_v, n_i, o_i, y_i, x_i)
+    if knobs.oc_nthread > 1:
+        so.vthread(o_v)
+    if knobs.h_nthread > 1:
+        so.vthread(y_v)
+    so.pragma(n_i, Pragma.DMA_COPY)
+    attach = y_v
+
+    sc = s[conv]
+    sc.compute_at(so, attach)
+    cn, co_, cy, cx, cb, cco = sc.op.axis
+    ic, kh, kw, ici = sc.op.reduce_axis
+    ic_o, ic_i = sc.split(ic, knobs.tile_ci)
+    sc.reorder(ic_o, ic_i, kh, kw, cn, co_, cy, cx, cb, cco, ici)
+    sc.tensorize(cb, gemm_intrinsic(cfg))
+    for cache in (cdata, ckernel):
+        st = s[cache]
+        st.compute_at(sc, ic_o)
+        st.pragma(st.leaf_iter_vars[0], Pragma.DMA_COPY)
+    schedule_requant(s, so, attach, bias_name="bias" if wl.bias else None)
+    return s
+
+
+def _check_divides(knob: str, value: int, total: int, what: str) -> None:
+    if value < 1 or total % value:
+        raise LoweringError(f"knob {knob} = {value} does not divide the {total} {what}")
+
+
+def describe(wl: Conv2dWorkload) -> dict[str, Any]:
+    return asdict(wl)

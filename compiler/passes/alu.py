@@ -1,0 +1,182 @@
+"""In-place accumulators and ALU intrinsic injection.
+
+``inplace_acc``: an acc-scope stage that reads its producer element for element (``shr[i] =
+bias_add[i] >> 4``) can overwrite the producer's buffer, because nothing reads the producer
+after it. The chain bias_add -> shr -> clip_hi -> clip_lo then lives in the accumulators::
+
+    alloc bias_add: acc ...                 (gone)
+    bias_add[i] = conv[i] + bias.acc[j]  ->  conv[i] = conv[i] + bias.acc[j]
+
+``inject_alu``: nests annotated ``ALU`` whose innermost two loops walk one acc tile become ALU
+statements on tiles::
+
+    for o in 0..2:  # alu                      for o in 0..2:
+      for b in 0..1:                      ->     alu_shr conv@o, 4
+        for co in 0..8:
+          conv[o, b, co] = conv[o, b, co] >> 4
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from accel.config import HwConfig
+from accel.isa import AluOp
+from compiler.errors import LoweringError
+from compiler.passes.common import perfect_nest, split_tile_access, wrap_loops
+from compiler.schedule import Pragma
+from compiler.te import BinOp, Expr, IntImm, walk
+from compiler.tir import (
+    Allocate,
+    Alu,
+    Buffer,
+    BufferLoad,
+    DmaCopy,
+    For,
+    Gemm,
+    PrimFunc,
+    Stmt,
+    Store,
+    TileRef,
+    map_stmts,
+    stmts,
+)
+
+__all__ = ["inject_alu", "inplace_acc"]
+
+_ALU_OPS = {"+": AluOp.ADD, ">>": AluOp.SHR, "min": AluOp.MIN, "max": AluOp.MAX,
+            "*": AluOp.MUL}
+
+
+def _rename(node: Stmt, old: Buffer, new: Buffer) -> Stmt:
+    def expr(e: Expr) -> Expr:
+        if isinstance(e, BufferLoad):
+            return BufferLoad(new if e.buffer is old else e.buffer,
+                              tuple(expr(i) for i in e.indices))
+        if isinstance(e, BinOp):
+            return BinOp(e.op, expr(e.a), expr(e.b))
+        from compiler.te import Cast, Cmp, Select
+
+        if isinstance(e, Cast):
+            return Cast(e.dtype, expr(e.value))
+        if isinstance(e, Cmp):
+            return Cmp(e.op, expr(e.a), expr(e.b))
+        if isinstance(e, Select):
+            return Select(expr(e.cond), expr(e.true_value), expr(e.false_value))
+        return e
+
+    def ref(r: TileRef | None) -> TileRef | None:
+        if r is None or r.buffer is not old:
+            return r
+        return TileRef(new, r.index)
+
+    def fn(s: Stmt) -> Stmt | None:
+        if isinstance(s, Store):
+            return Store(new if s.buffer is old else s.buffer, s.indices, expr(s.value))
+        if isinstance(s, DmaCopy):
+            return replace(s, sram=ref(s.sram), dram=ref(s.dram))
+        if isinstance(s, Gemm):
+            return replace(s, dst=ref(s.dst), src=ref(s.src), wgt=ref(s.wgt))
+        if isinstance(s, Alu):
+            return replace(s, dst=ref(s.dst), src=ref(s.src))
+        return None
+
+    return map_stmts(node, fn)
+
+
+def _reads(node: Stmt, buf: Buffer) -> list[Store]:
+    """Stores (other than into ``buf`` itself) whose value reads ``buf``."""
+    found = []
+    for s in stmts(node):
+        if isinstance(s, Store) and s.buffer is not buf and any(
+                isinstance(n, BufferLoad) and n.buffer is buf for n in walk(s.value)):
+            found.append(s)
+    return found
+
+
+def inplace_acc(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
+    """Let elementwise acc stages overwrite the acc buffer they read (see module docstring)."""
+
+    def fn(s: Stmt) -> Stmt | None:
+        if not (isinstance(s, Allocate) and s.buffer.scope == "acc"):
+            return None
+        target = s.buffer
+        writers = [w for w in stmts(s.body) if isinstance(w, Store) and w.buffer is target
+                   and not _updates_in_place(w)]
+        if len(writers) != 1:
+            return None
+        writer = writers[0]
+        sources = [n for n in walk(writer.value) if isinstance(n, BufferLoad)
+                   and n.buffer.scope == "acc" and list(n.indices) == list(writer.indices)
+                   and n.buffer.shape == target.shape]
+        if len(sources) != 1:
+            return None
+        producer = sources[0].buffer
+        if [r for r in _reads(s.body, producer) if r.buffer is not target]:
+            return None  # something else still reads the producer
+        return _rename(s.body, target, producer)
+
+    body = func.body
+    while True:
+        new = map_stmts(body, fn)
+        if _count_allocs(new) == _count_allocs(body):
+            return func.with_body(new)
+        body = new
+
+
+def _updates_in_place(store: Store) -> bool:
+    return any(isinstance(n, BufferLoad) and n.buffer is store.buffer
+               and list(n.indices) == list(store.indices) for n in walk(store.value))
+
+
+def _count_allocs(node: Stmt) -> int:
+    return sum(isinstance(s, Allocate) for s in stmts(node))
+
+
+def inject_alu(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
+    """Replace every ``ALU`` nest with tile-level :class:`~compiler.tir.Alu` statements."""
+
+    def rewrite(s: Stmt) -> Stmt | None:
+        if isinstance(s, For) and s.pragma is Pragma.ALU:
+            return _lower_alu(s, cfg)
+        return None
+
+    return func.with_body(map_stmts(func.body, rewrite))
+
+
+def _lower_alu(loop: For, cfg: HwConfig) -> Stmt:
+    loops, body = perfect_nest(loop)
+    where = f"alu at loop {loop.var.name}"
+    if not isinstance(body, Store) or body.buffer.scope != "acc":
+        raise LoweringError(f"{where}: the nest must end in one store to the acc buffer")
+    if len(loops) < 2 or [lp.extent for lp in loops[-2:]] != [cfg.batch, cfg.block_out]:
+        raise LoweringError(f"{where}: the two innermost loops must walk one acc tile "
+                            f"({cfg.batch}x{cfg.block_out})")
+    tile_vars = [lp.var for lp in loops[-2:]]
+    dst = split_tile_access(body.buffer, body.indices, tile_vars, where)
+    value = body.value
+    if not (isinstance(value, BinOp) and value.op in _ALU_OPS):
+        raise LoweringError(f"{where}: {value!r} is not an ALU operation "
+                            f"({', '.join(_ALU_OPS)})")
+    a, b = value.a, value.b
+
+    def own(e: Expr) -> bool:
+        return (isinstance(e, BufferLoad) and e.buffer is body.buffer
+                and list(e.indices) == list(body.indices))
+
+    if not own(a) and value.op in ("+", "*", "min", "max") and own(b):
+        a, b = b, a
+    if not own(a):
+        raise LoweringError(f"{where}: ALU operations update the acc element in place")
+    op = _ALU_OPS[value.op]
+    if isinstance(b, IntImm):
+        if not -(1 << 15) <= b.value < 1 << 15:
+            raise LoweringError(f"{where}: immediate {b.value} does not fit 16 bits")
+        if op is AluOp.SHR and not 0 <= b.value <= 31:
+            raise LoweringError(f"{where}: shift {b.value} is outside 0..31")
+        alu: Stmt = Alu(op, dst, imm=b.value)
+    elif isinstance(b, BufferLoad) and b.buffer.scope == "acc":
+        alu = Alu(op, dst, src=split_tile_access(b.buffer, b.indices, tile_vars, where))
+    else:
+        raise LoweringError(f"{where}: the operand {b!r} must be an immediate or an acc tile")
+    return wrap_loops(loops[:-2], alu)
