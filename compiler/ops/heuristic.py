@@ -36,8 +36,7 @@ def fits(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> bool:
     acc = t * (k.tile_b * k.tile_co * k.tile_h * k.tile_w + (k.tile_co if wl.bias else 0))
     pad_limit = (1 << cfg.isa.pad_bits) - 1
     return (inp <= cfg.inp_depth and wgt <= cfg.wgt_depth and acc <= cfg.acc_depth
-            and wl.pad_h <= pad_limit and wl.pad_w <= pad_limit
-            and k.tile_b * k.tile_co * k.tile_h * k.tile_w <= cfg.uop_depth // 4)
+            and wl.pad_h <= pad_limit and wl.pad_w <= pad_limit)
 
 
 def estimate_conv2d_cycles(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> float:
@@ -62,10 +61,7 @@ def estimate_conv2d_cycles(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) ->
     store = k.tile_b * k.tile_co * k.tile_h * _transactions(k.tile_w * cfg.out_tile_bytes, cfg)
     bias = _transactions(k.tile_co * cfg.acc_tile_bytes, cfg) if wl.bias else 0.0
     compute = gemm + alu + bias
-    if k.nthreads > 1:
-        per_tile = max(compute, load + store + bias)
-    else:
-        per_tile = compute + load + store
+    per_tile = max(compute, load + store + bias) if k.nthreads > 1 else compute + load + store
     return tiles * per_tile
 
 

@@ -221,7 +221,7 @@ def _pairs_before(access: list[_Access], j: int) -> set[tuple[Module, Module]]:
 
 def _loop_carried(body: Stmt, loops: list[tuple[Var, int]], where: str) -> Stmt:
     """Back-edge tokens: statement i of one iteration before statement j <= i of the next."""
-    items, allocs = _descend(body)
+    items, _allocs = _descend(body)
     access = [_access(s) for s in items]
     pushes: dict[int, list[DepPush]] = {}
     pops: dict[int, list[DepPop]] = {}

@@ -1,17 +1,16 @@
 """Micro-op loop folding and micro-op kernel caching.
 
 ``fold_uop_loops``: the perfect loop nest around a GEMM or ALU statement becomes one instruction.
-The innermost loops are enumerated into a micro-op kernel (one micro-op per point), the next two
-outward become the instruction's hardware loops (``iter_out``, ``iter_in``: every index must move
-by a constant factor with them), and any loops further out stay loops of instructions. The
-kernel is the smallest that keeps at most two hardware loops and fits a quarter of the uop
-buffer::
+Two loops become the instruction's hardware loops (``iter_out``, ``iter_in``; every index must
+move by a constant factor with them): the two largest, wherever they sit in the nest. The other
+loops are enumerated into the micro-op kernel (one micro-op per point), those moving the
+destination innermost; kernel loops beyond an eighth of the uop buffer stay instruction loops::
 
-    for kh in 0..3:                          uop_loop hw[kh<3, kw<3] kernel[y<4, x<8]:
-      for kw in 0..3:                  ->      gemm acc@(y * 8 + x) += inp@(...) . wgt@(...)
+    for kh in 0..3:                          uop_loop hw[y<4, x<56] kernel[kh<3, kw<3]:
+      for kw in 0..3:                  ->      gemm acc@(y * 56 + x) += inp@(...) . wgt@(...)
         for y in 0..4:
-          for x in 0..8:
-            gemm acc@(y * 8 + x) += ...
+          for x in 0..56:
+            gemm acc@(y * 56 + x) += ...
 
 ``cache_uop_kernels``: every instruction's kernel is computed; identical kernels share one copy.
 When all distinct kernels fit the uop buffer together they are loaded once, at the start of the
@@ -60,61 +59,57 @@ def _factor(ref: TileRef | None, var: Var) -> int | None:
 
 
 def fold_uop_loops(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
-    """Turn every GEMM/ALU statement and its loop nest into a :class:`UopLoop`."""
-    budget = max(1, cfg.uop_depth // 4)
+    """Turn every GEMM/ALU statement and its perfect loop nest into a :class:`UopLoop`.
 
-    def rewrite(s: Stmt) -> Stmt | None:
+    The two loops with the largest extents among those every index moves along by a constant
+    become the hardware loops; the others form the kernel, ordered so that the loops moving the
+    destination are innermost (consecutive micro-ops write different accumulators). Kernel loops
+    beyond the budget (an eighth of the uop buffer) are peeled into instruction loops,
+    outermost first. GEMM accumulation and elementwise ALU ops do not depend on the order of
+    their micro-ops, so choosing the hardware loops anywhere in the nest is legal.
+    """
+    budget = max(1, cfg.uop_depth // 8)
+
+    def collect(s: Stmt) -> Stmt | None:
         if isinstance(s, (Gemm, Alu)):
             return UopLoop(s, [], [])
-        if not isinstance(s, For) or s.kind is not ForKind.SERIAL:
-            return None
-        if not isinstance(s.body, UopLoop) or s.body.hw_loops:
-            return None
-        inner = s.body
-        kernel = [(s.var, s.extent), *inner.kernel_loops]
-        size = 1
-        for _, n in kernel:
-            size *= n
-        if size <= budget:
-            return UopLoop(inner.op, [], kernel)
+        if isinstance(s, For) and s.kind is ForKind.SERIAL and isinstance(s.body, UopLoop) \
+                and not s.body.hw_loops:
+            return UopLoop(s.body.op, [], [(s.var, s.extent), *s.body.kernel_loops])
         return None
 
-    body = map_stmts(func.body, rewrite)
+    def finalize(s: Stmt) -> Stmt | None:
+        if isinstance(s, UopLoop):
+            return _choose_loops(s, budget)
+        return None
 
-    def hoist(s: Stmt) -> Stmt | None:
-        # Kernel loops that did not fit: the outermost ones become hardware loops.
-        if not isinstance(s, For) or s.kind is not ForKind.SERIAL:
-            return None
-        inner = s.body
-        if not isinstance(inner, UopLoop) or len(inner.hw_loops) >= 2:
-            return None
-        refs = uop_refs(inner.op)
-        if any(_factor(r, s.var) is None for r in refs):
-            return None
-        return UopLoop(inner.op, [(s.var, s.extent), *inner.hw_loops], inner.kernel_loops)
-
-    body = map_stmts(body, hoist)
-    return func.with_body(_promote_kernels(body, budget))
+    return func.with_body(map_stmts(map_stmts(func.body, collect), finalize))
 
 
-def _promote_kernels(body: Stmt, budget: int) -> Stmt:
-    """Move outer kernel loops into free hardware-loop slots (fewer micro-ops per kernel)."""
+def _choose_loops(loop: UopLoop, budget: int) -> Stmt:
+    chain = list(loop.kernel_loops)
+    refs = uop_refs(loop.op)
+    affine = [(v, n) for v, n in chain if all(_factor(r, v) is not None for r in refs)]
+    hw = sorted(affine, key=lambda item: -item[1])[:2]
+    hw.sort(key=lambda item: chain.index(item))
+    kernel = [item for item in chain if item not in hw]
+    peeled: list[tuple[Var, int]] = []
+    while kernel and _size(kernel) > budget:
+        peeled.append(kernel.pop(0))
+    dst = refs[0]
+    moves_dst = [item for item in kernel if _factor(dst, item[0]) != 0]
+    kernel = [item for item in kernel if item not in moves_dst] + moves_dst
+    node: Stmt = UopLoop(loop.op, hw, kernel)
+    for v, n in reversed(peeled):
+        node = For(v, n, node)
+    return node
 
-    def fn(s: Stmt) -> Stmt | None:
-        if not isinstance(s, UopLoop):
-            return None
-        hw, kernel = list(s.hw_loops), list(s.kernel_loops)
-        refs = uop_refs(s.op)
-        while len(hw) < 2 and len(kernel) > 1:
-            var, n = kernel[0]
-            if any(_factor(r, var) is None for r in refs):
-                break
-            hw.append((var, n))
-            kernel.pop(0)
-        return UopLoop(s.op, hw, kernel)
 
-    del budget
-    return map_stmts(body, fn)
+def _size(loops: list[tuple[Var, int]]) -> int:
+    size = 1
+    for _, n in loops:
+        size *= n
+    return size
 
 
 @dataclass(frozen=True)
