@@ -4,7 +4,7 @@ The shared contract (``HwConfig``, the ISA, ``Program``) and the user's entry po
 Heavy subsystems are imported lazily by the entry points that need them.
 """
 
-from accel.api import run_program
+from accel.api import Report, conv2d, matmul, run_program
 from accel.config import ConfigError, HwConfig, load_config, shipped_configs
 from accel.program import Program, ProgramError, ProgramFormatError, Region
 
@@ -15,7 +15,10 @@ __all__ = [
     "ProgramError",
     "ProgramFormatError",
     "Region",
+    "Report",
+    "conv2d",
     "load_config",
+    "matmul",
     "run_program",
     "shipped_configs",
 ]

@@ -9,7 +9,7 @@ from accel.config import HwConfig, load_config
 from accel.dram import Dram
 from accel.program import Program, ProgramError
 
-__all__ = ["BACKENDS", "RunResult", "run_program"]
+__all__ = ["BACKENDS", "Report", "RunResult", "conv2d", "matmul", "run_program"]
 
 BACKENDS = ("fsim", "sim", "rtl")
 
@@ -78,3 +78,126 @@ def run_program(
     if backend in BACKENDS:
         raise ValueError(f"backend {backend!r} is not available in this version; use 'fsim'")
     raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+
+
+# ---------------------------------------------------------------------- operators
+@dataclass
+class Report:
+    """What running one operator on a backend measured.
+
+    ``cycles`` and ``gemm_utilization`` are None on ``fsim`` (no notion of time). ``bytes`` are
+    DRAM bytes loaded per buffer and stored; ``stalls`` are cycles by module and cause.
+    """
+
+    backend: str
+    op: str
+    knobs: dict[str, int]
+    cycles: int | None
+    gemm_utilization: float | None
+    macs: int
+    bytes: dict[str, int]
+    stalls: dict[str, dict[str, int]]
+    insn_counts: dict[str, int]
+    compile_seconds: float
+    clock_mhz: float
+
+    @property
+    def milliseconds(self) -> float | None:
+        """Run time at the config's clock (None on fsim)."""
+        return None if self.cycles is None else self.cycles / (self.clock_mhz * 1000.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend, "op": self.op, "knobs": dict(self.knobs),
+            "cycles": self.cycles, "milliseconds": self.milliseconds,
+            "gemm_utilization": self.gemm_utilization, "macs": self.macs,
+            "bytes": dict(self.bytes), "stalls": {m: dict(s) for m, s in self.stalls.items()},
+            "insn_counts": dict(self.insn_counts), "compile_seconds": self.compile_seconds,
+        }
+
+
+def _report(result: RunResult, compiled: Any, macs: int) -> Report:
+    stats = result.stats
+    if result.backend == "fsim":
+        moved = {**stats.bytes_loaded, "out": stats.bytes_stored}
+        stalls: dict[str, dict[str, int]] = {}
+        util = None
+    else:
+        moved = {**stats.dram_loaded, "out": stats.dram_stored}
+        stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
+        util = macs / (result.cycles * compiled.config.peak_macs_per_cycle) \
+            if result.cycles else 0.0
+    return Report(
+        backend=result.backend, op=compiled.workload.signature(),
+        knobs=compiled.knobs.to_dict(), cycles=result.cycles, gemm_utilization=util,
+        macs=macs, bytes=moved, stalls=stalls,
+        insn_counts=dict(stats.insn_counts), compile_seconds=compiled.compile_seconds,
+        clock_mhz=compiled.config.clock_mhz,
+    )
+
+
+def conv2d(
+    x: Any, w: Any, bias: Any = None, stride: int | tuple[int, int] = 1,
+    padding: int | tuple[int, int] = 0, shift: int = 0, relu: bool = False,
+    config: HwConfig | str | None = None, backend: str = "sim", knobs: Any = None,
+) -> tuple[Any, Report]:
+    """Run an int8 conv2d on the accelerator: compile (cached), lay out DRAM, run, unpack.
+
+    Parameters
+    ----------
+    x, w, bias, stride, padding, shift, relu
+        As :func:`runtime.kernels.conv2d` (NCHW int8, OIHW int8, int32 per channel): the
+        result is identical to it.
+    config
+        The hardware (default: the packaged default).
+    backend
+        ``"fsim"``, ``"sim"`` or ``"rtl"``.
+    knobs
+        A :class:`compiler.ops.conv2d.Conv2dKnobs`; default: the heuristic's choice.
+
+    Returns
+    -------
+    (y, report)
+        ``y`` int8 NCHW; ``report`` a :class:`Report`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad arguments (the kernels' messages).
+    compiler.errors.LoweringError
+        The layer cannot be compiled for this config.
+    """
+    from compiler.ops.compiled import compile_conv2d, pack_conv2d_args
+    from compiler.ops.conv2d import Conv2dWorkload
+    from runtime.kernels import check_conv2d_args
+
+    x, w, bias, (sh, sw), (ph, pw), shift, relu = check_conv2d_args(
+        "conv2d", x, w, bias, stride, padding, shift, relu)
+    cfg = load_config(config) if not isinstance(config, HwConfig) else config
+    wl = Conv2dWorkload(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
+                        w.shape[2], w.shape[3], sh, sw, ph, pw, bias is not None, shift, relu)
+    op = compile_conv2d(wl, cfg, knobs)
+    image = op.dram(**pack_conv2d_args(op, x, w, bias))
+    result = run_program(op.program, image, config=cfg, backend=backend)
+    y = op.read_output(image, (wl.batch, wl.out_channels, wl.out_height, wl.out_width))
+    return y, _report(result, op, wl.macs)
+
+
+def matmul(
+    a: Any, b: Any, bias: Any = None, shift: int = 0, relu: bool = False,
+    config: HwConfig | str | None = None, backend: str = "sim", knobs: Any = None,
+) -> tuple[Any, Report]:
+    """Run an int8 ``a (M, K) @ b (K, N)`` on the accelerator; identical to
+    :func:`runtime.kernels.matmul`. See :func:`conv2d` for the other arguments."""
+    from compiler.ops.compiled import compile_matmul, pack_matmul_args
+    from compiler.ops.matmul import MatmulWorkload
+    from runtime.kernels import check_matmul_args
+
+    a, b, bias, shift, relu = check_matmul_args("matmul", a, b, bias, shift, relu)
+    cfg = load_config(config) if not isinstance(config, HwConfig) else config
+    wl = MatmulWorkload(a.shape[0], a.shape[1], b.shape[1], bias is not None, shift, relu)
+    op = compile_matmul(wl, cfg, knobs)
+    image = op.dram(**pack_matmul_args(op, a, b, bias))
+    result = run_program(op.program, image, config=cfg, backend=backend)
+    y = op.read_output(image, (wl.m, wl.n, 1, 1))[:, :, 0, 0]
+    return y, _report(result, op, wl.macs)

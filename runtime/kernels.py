@@ -32,6 +32,8 @@ __all__ = [
     "FLOAT32_CHUNK_K",
     "add",
     "avg_pool2d",
+    "check_conv2d_args",
+    "check_matmul_args",
     "conv2d",
     "conv2d_acc",
     "dense",
@@ -736,3 +738,28 @@ def add(
     relu = _check_flag(op, "relu", relu)
     acc = a.astype(np.int32) + b.astype(np.int32)
     return _requantize(acc, shift, relu, None, axis=0, scratch=True)
+
+
+# --------------------------------------------------------------------------- argument checks
+def check_conv2d_args(
+    op: str, x: object, w: object, bias: object, stride: object, padding: object,
+    shift: object, relu: object,
+) -> tuple[NDArray[np.int8], NDArray[np.int8], NDArray[np.int32] | None, tuple[int, int],
+           tuple[int, int], int, bool]:
+    """Validate conv2d arguments exactly as `conv2d` does (same messages, prefixed ``op``).
+
+    Returns x, w, bias, (sh, sw), (ph, pw), shift, relu. Backends call this so that every
+    entry point rejects bad input with one wording.
+    """
+    x, w, stride_hw, padding_hw, _ = _check_conv(op, x, w, stride, padding)
+    return (x, w, _check_bias(op, bias, w.shape[0]), stride_hw, padding_hw,
+            _check_shift(op, shift), _check_flag(op, "relu", relu))
+
+
+def check_matmul_args(
+    op: str, a: object, b: object, bias: object, shift: object, relu: object,
+) -> tuple[NDArray[np.int8], NDArray[np.int8], NDArray[np.int32] | None, int, bool]:
+    """Validate matmul arguments exactly as `matmul` does; returns a, b, bias, shift, relu."""
+    a, b = _check_matmul(op, a, b, "b")
+    return (a, b, _check_bias(op, bias, b.shape[1]), _check_shift(op, shift),
+            _check_flag(op, "relu", relu))

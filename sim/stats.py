@@ -86,6 +86,8 @@ class SimStats:
         Cycles the DRAM channel was held (latency included).
     insn_counts
         Instructions by opcode (``LOAD_INP``, ``GEMM``, ``ALU_ADD``, ...).
+    dram_loaded, dram_stored
+        DRAM bytes read per destination buffer (padding excluded) and written from out.
     """
 
     cycles: int
@@ -100,6 +102,8 @@ class SimStats:
     dram_bytes: int = 0
     dram_busy: int = 0
     insn_counts: dict[str, int] = field(default_factory=dict)
+    dram_loaded: dict[str, int] = field(default_factory=dict)
+    dram_stored: int = 0
     timeline: list[Slice] = field(default_factory=list, repr=False)
     counters: list[tuple[str, int, float]] = field(default_factory=list, repr=False)
 
@@ -142,6 +146,8 @@ class SimStats:
             "dram_bytes_per_cycle": self.dram_bytes_per_cycle,
             "dram_gbytes_per_s": self.dram_gbytes_per_s,
             "insn_counts": dict(self.insn_counts),
+            "dram_loaded": dict(self.dram_loaded),
+            "dram_stored": self.dram_stored,
         }
 
     def trace_events(self) -> list[dict[str, Any]]:

@@ -328,6 +328,8 @@ class TimingSimulator:
         self._check_leftovers(finished.index)
         self.stats.cycles = finished.cycle
         self.stats.insn_counts = dict(self.fsim.stats.insn_counts)
+        self.stats.dram_loaded = dict(self.fsim.stats.bytes_loaded)
+        self.stats.dram_stored = self.fsim.stats.bytes_stored
         for m in self.stats.modules.values():
             m.stall(CMD_EMPTY, finished.cycle - m.busy - m.stall_total)
         return self.stats

@@ -62,13 +62,16 @@ def fold_uop_loops(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
     """Turn every GEMM/ALU statement and its perfect loop nest into a :class:`UopLoop`.
 
     The two loops with the largest extents among those every index moves along by a constant
-    become the hardware loops; the others form the kernel, ordered so that the loops moving the
-    destination are innermost (consecutive micro-ops write different accumulators). Kernel loops
+    become the hardware loops, unless that would leave the kernel fewer distinct destinations in
+    a row than the GEMM pipeline is deep (``gemm.depth``: a micro-op must not write an
+    accumulator that one still in the pipeline writes); the others form the kernel, ordered so
+    that the loops moving the destination are innermost. Kernel loops
     beyond the budget (an eighth of the uop buffer) are peeled into instruction loops,
     outermost first. GEMM accumulation and elementwise ALU ops do not depend on the order of
     their micro-ops, so choosing the hardware loops anywhere in the nest is legal.
     """
     budget = max(1, cfg.uop_depth // 8)
+    window = cfg.gemm.depth
 
     def collect(s: Stmt) -> Stmt | None:
         if isinstance(s, (Gemm, Alu)):
@@ -80,18 +83,27 @@ def fold_uop_loops(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
 
     def finalize(s: Stmt) -> Stmt | None:
         if isinstance(s, UopLoop):
-            return _choose_loops(s, budget)
+            return _choose_loops(s, budget, window)
         return None
 
     return func.with_body(map_stmts(map_stmts(func.body, collect), finalize))
 
 
-def _choose_loops(loop: UopLoop, budget: int) -> Stmt:
+def _choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
     chain = list(loop.kernel_loops)
     refs = uop_refs(loop.op)
     affine = [(v, n) for v, n in chain if all(_factor(r, v) is not None for r in refs)]
-    hw = sorted(affine, key=lambda item: -item[1])[:2]
-    hw.sort(key=lambda item: chain.index(item))
+
+    def dst_extent(loops: list[tuple[Var, int]]) -> int:
+        return _size([item for item in loops if _factor(refs[0], item[0]) != 0])
+
+    def score(hw: tuple[tuple[Var, int], ...]) -> tuple[bool, int]:
+        rest = [item for item in chain if item not in hw]
+        # Consecutive micro-ops must not write an accumulator still in the pipeline.
+        return dst_extent(rest) >= min(window, dst_extent(chain)), _size(list(hw))
+
+    choices = [c for r in (2, 1, 0) for c in itertools.combinations(affine, r)]
+    hw = sorted(max(choices, key=score), key=chain.index)
     kernel = [item for item in chain if item not in hw]
     peeled: list[tuple[Var, int]] = []
     while kernel and _size(kernel) > budget:

@@ -1,0 +1,118 @@
+"""Compiled operators: program + how to lay out its arguments in DRAM, cached per
+(config name, operator signature, knobs)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accel.config import HwConfig
+from accel.dram import Dram, pack_activation, pack_weight, unpack_activation
+from accel.program import Program
+from compiler.build import build
+from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
+from compiler.ops.heuristic import default_conv2d_knobs
+from compiler.ops.matmul import (
+    MatmulKnobs,
+    MatmulWorkload,
+    default_matmul_knobs,
+    matmul_schedule,
+)
+
+__all__ = ["CompiledOp", "cache_clear", "compile_conv2d", "compile_matmul"]
+
+_CACHE: dict[tuple[str, str, Any], CompiledOp] = {}
+
+
+@dataclass
+class CompiledOp:
+    """A compiled operator and its DRAM argument layout."""
+
+    workload: Conv2dWorkload | MatmulWorkload
+    knobs: Conv2dKnobs | MatmulKnobs
+    program: Program
+    config: HwConfig
+    compile_seconds: float
+
+    def dram(self, **arrays: np.ndarray) -> Dram:
+        """A DRAM image with the program's regions and the given packed arguments written."""
+        image = Dram()
+        for region in self.program.regions.values():
+            image.add_region(region)
+        for name, value in arrays.items():
+            image.write(name, value)
+        return image
+
+    def bias_tiles(self, bias: np.ndarray, channels: int) -> np.ndarray:
+        """Per-channel int32 bias as ``(O/o, batch, o)`` acc tiles (zero in padded channels)."""
+        cfg = self.config
+        blocks = -(-channels // cfg.block_out)
+        padded = np.zeros(blocks * cfg.block_out, dtype=np.int32)
+        padded[:channels] = bias
+        tiles = padded.reshape(blocks, 1, cfg.block_out)
+        return np.ascontiguousarray(np.broadcast_to(tiles, (blocks, cfg.batch, cfg.block_out)))
+
+    def read_output(self, image: Dram, shape: tuple[int, int, int, int]) -> np.ndarray:
+        """The int8 output, unpacked from its blocked layout and cropped to ``shape`` (NCHW)."""
+        region = self.program.regions["out"]
+        assert region.shape is not None
+        blocked = image.read("out", "int8", region.shape)
+        if blocked.ndim == 4:  # matmul (M/b, N/o, b, o): one-pixel images
+            blocked = blocked[:, :, None, None]
+        return unpack_activation(blocked, shape)
+
+
+def cache_clear() -> None:
+    """Forget every compiled operator."""
+    _CACHE.clear()
+
+
+def compile_conv2d(wl: Conv2dWorkload, cfg: HwConfig,
+                   knobs: Conv2dKnobs | None = None) -> CompiledOp:
+    """Compile ``wl`` for ``cfg`` with ``knobs`` (default: the heuristic's), cached."""
+    knobs = knobs or default_conv2d_knobs(wl, cfg)
+    key = (cfg.name, wl.signature(), knobs)
+    if key not in _CACHE:
+        start = time.perf_counter()
+        program = build(conv2d_schedule(wl, knobs, cfg), cfg, "conv2d",
+                        meta={"signature": wl.signature(), "knobs": knobs.to_dict()}).program
+        _CACHE[key] = CompiledOp(wl, knobs, program, cfg, time.perf_counter() - start)
+    return _CACHE[key]
+
+
+def compile_matmul(wl: MatmulWorkload, cfg: HwConfig,
+                   knobs: MatmulKnobs | None = None) -> CompiledOp:
+    """Compile ``wl`` for ``cfg`` with ``knobs`` (default: the heuristic's), cached."""
+    knobs = knobs or default_matmul_knobs(wl, cfg)
+    key = (cfg.name, wl.signature(), knobs)
+    if key not in _CACHE:
+        start = time.perf_counter()
+        program = build(matmul_schedule(wl, knobs, cfg), cfg, "matmul",
+                        meta={"signature": wl.signature(), "knobs": knobs.to_dict()}).program
+        _CACHE[key] = CompiledOp(wl, knobs, program, cfg, time.perf_counter() - start)
+    return _CACHE[key]
+
+
+def pack_conv2d_args(op: CompiledOp, x: np.ndarray, w: np.ndarray,
+                     bias: np.ndarray | None) -> dict[str, np.ndarray]:
+    cfg = op.config
+    args = {"data": pack_activation(x, cfg.batch, cfg.block_in),
+            "kernel": pack_weight(w, cfg.block_out, cfg.block_in)}
+    if bias is not None:
+        args["bias"] = op.bias_tiles(bias, w.shape[0])
+    return args
+
+
+def pack_matmul_args(op: CompiledOp, a: np.ndarray, b: np.ndarray,
+                     bias: np.ndarray | None) -> dict[str, np.ndarray]:
+    cfg = op.config
+    packed_a = pack_activation(a[:, :, None, None], cfg.batch, cfg.block_in)[:, :, 0, 0]
+    packed_b = pack_weight(np.ascontiguousarray(b.T)[:, :, None, None], cfg.block_out,
+                           cfg.block_in)[:, :, 0, 0]
+    args = {"a": np.ascontiguousarray(packed_a), "b": np.ascontiguousarray(packed_b)}
+    if bias is not None:
+        args["bias"] = op.bias_tiles(bias, b.shape[1])
+    return args

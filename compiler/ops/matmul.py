@@ -1,0 +1,170 @@
+"""matmul / dense: the compute definition on blocked layouts and its accelerator schedule.
+
+``a (M, K) @ b (K, N)``: rows of ``a`` are packed ``batch`` at a time and columns ``block_in`` at
+a time, ``(M/b, K/i, b, i)``; ``b`` is packed transposed like a weight, ``(N/o, K/i, o, i)``; the
+int8 output is ``(M/b, N/o, b, o)``. The same requantisation chain as conv2d follows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+from accel.config import HwConfig
+from compiler.errors import LoweringError
+from compiler.intrin import gemm_intrinsic
+from compiler.ops.requant import requantize_stages, schedule_requant
+from compiler.schedule import Pragma, Schedule, create_schedule
+from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
+
+__all__ = ["MatmulKnobs", "MatmulWorkload", "default_matmul_knobs", "matmul_compute",
+           "matmul_schedule"]
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class MatmulWorkload:
+    """``(M, K) @ (K, N)`` with optional bias, shift and ReLU."""
+
+    m: int
+    k: int
+    n: int
+    bias: bool = False
+    shift: int = 0
+    relu: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("m", "k", "n"):
+            if getattr(self, name) < 1:
+                raise LoweringError(f"matmul: {name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.shift <= 31:
+            raise LoweringError(f"matmul: shift must be in 0..31, got {self.shift}")
+
+    @property
+    def macs(self) -> int:
+        return self.m * self.k * self.n
+
+    def blocks(self, cfg: HwConfig) -> tuple[int, int, int]:
+        """(row blocks, reduction blocks, column blocks) on ``cfg``."""
+        return (_ceil_div(self.m, cfg.batch), _ceil_div(self.k, cfg.block_in),
+                _ceil_div(self.n, cfg.block_out))
+
+    def signature(self) -> str:
+        return (f"matmul_m{self.m}_k{self.k}_n{self.n}_b{int(self.bias)}_sh{self.shift}_"
+                f"r{int(self.relu)}")
+
+
+@dataclass(frozen=True)
+class MatmulKnobs:
+    """Tiles in blocks: rows (tile_m), reduction (tile_k), columns (tile_n); threads over n."""
+
+    tile_m: int = 1
+    tile_k: int = 1
+    tile_n: int = 1
+    n_nthread: int = 1
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def matmul_compute(wl: MatmulWorkload, cfg: HwConfig) -> dict[str, Tensor]:
+    """The tensor expressions of ``wl`` on ``cfg``'s blocked layouts, by name."""
+    mb, kb, nb = wl.blocks(cfg)
+    a = placeholder((mb, kb, cfg.batch, cfg.block_in), "int8", "a")
+    w = placeholder((nb, kb, cfg.block_out, cfg.block_in), "int8", "b")
+    kk = reduce_axis(kb, "kk")
+    ki = reduce_axis(cfg.block_in, "ki")
+    acc = compute(
+        (mb, nb, cfg.batch, cfg.block_out),
+        lambda m, n, bb, o: sum(a[m, kk, bb, ki].astype("int32") * w[n, kk, o, ki].astype("int32"),
+                                axis=[kk, ki]),
+        "acc",
+    )
+    tensors = {"a": a, "b": w, "acc": acc}
+    bias = placeholder((nb, cfg.batch, cfg.block_out), "int32", "bias") if wl.bias else None
+    if bias is not None:
+        tensors["bias"] = bias
+    tensors.update(requantize_stages(acc, bias, wl.shift, wl.relu, channel_axis=1))
+    return tensors
+
+
+def matmul_schedule(wl: MatmulWorkload, knobs: MatmulKnobs, cfg: HwConfig) -> Schedule:
+    """Tile the output, cache ``a`` into inp and ``b`` into wgt per reduction chunk, accumulate
+    in acc with the GEMM intrinsic, requantise with the ALU, virtual threads over columns.
+
+    Raises
+    ------
+    LoweringError
+        Knobs that do not divide the blocked dimensions.
+    """
+    mb, kb, nb = wl.blocks(cfg)
+    for name, value, total in (("tile_m", knobs.tile_m, mb), ("tile_k", knobs.tile_k, kb),
+                               ("tile_n * n_nthread", knobs.tile_n * knobs.n_nthread, nb)):
+        if value < 1 or total % value:
+            raise LoweringError(f"knob {name} = {value} does not divide the {total} blocks")
+    t = matmul_compute(wl, cfg)
+    s = create_schedule(t["out"])
+    out, acc = s.tensor("out"), s.tensor("acc")
+    ca = s.cache_read(s.tensor("a"), "inp", [acc])
+    cb = s.cache_read(s.tensor("b"), "wgt", [acc])
+    s[acc].set_scope("acc")
+    so = s[out]
+    m, n, _, _ = so.op.axis
+    m_o, m_i = so.split(m, knobs.tile_m)
+    n_o, n_i = so.split(n, knobs.tile_n)
+    n_oo, n_v = so.split(n_o, knobs.n_nthread)
+    so.reorder(m_o, n_oo, n_v, m_i, n_i)
+    if knobs.n_nthread > 1:
+        so.vthread(n_v)
+    so.pragma(m_i, Pragma.DMA_COPY)
+    sa = s[acc]
+    sa.compute_at(so, n_v)
+    am, an, ab, ao = sa.op.axis
+    kk, ki = sa.op.reduce_axis
+    k_o, k_i = sa.split(kk, knobs.tile_k)
+    sa.reorder(k_o, k_i, am, an, ab, ao, ki)
+    sa.tensorize(ab, gemm_intrinsic(cfg))
+    for cache in (ca, cb):
+        st = s[cache]
+        st.compute_at(sa, k_o)
+        st.pragma(st.leaf_iter_vars[0], Pragma.DMA_COPY)
+    schedule_requant(s, so, n_v, bias_name="bias" if wl.bias else None)
+    return s
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def default_matmul_knobs(wl: MatmulWorkload, cfg: HwConfig) -> MatmulKnobs:
+    """The fitting candidate with the fewest estimated cycles (same model as conv2d's: a
+    matmul is a 1x1 convolution over ``M`` one-pixel images).
+
+    Raises
+    ------
+    LoweringError
+        Nothing fits the buffers.
+    """
+    from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
+    from compiler.ops.heuristic import estimate_conv2d_cycles, fits
+
+    mb, kb, nb = wl.blocks(cfg)
+    as_conv = Conv2dWorkload(wl.m, wl.k, 1, 1, wl.n, 1, 1, bias=wl.bias, shift=wl.shift,
+                             relu=wl.relu)
+    best: tuple[float, MatmulKnobs] | None = None
+    for tm, tk, tn, nt in itertools.product(_divisors(mb), _divisors(kb), _divisors(nb),
+                                            (1, 2)):
+        if nb % (tn * nt):
+            continue
+        conv_knobs = Conv2dKnobs(tile_b=tm, tile_ci=tk, tile_co=tn, oc_nthread=nt)
+        if not fits(as_conv, conv_knobs, cfg):
+            continue
+        cost = estimate_conv2d_cycles(as_conv, conv_knobs, cfg)
+        if best is None or cost < best[0]:
+            best = (cost, MatmulKnobs(tm, tk, tn, nt))
+    if best is None:
+        raise LoweringError(f"matmul {wl.signature()}: no tiling fits the buffers of {cfg.name}")
+    return best[1]
