@@ -19,7 +19,6 @@ DRAM holds the program's arguments (blocked layouts), the micro-op table and, if
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from accel.isa import (
 from accel.program import Program, Region
 from compiler.errors import LoweringError
 from compiler.passes.uops import UopKernel, kernel_uops, uop_refs
-from compiler.te import Var
+from compiler.te import Expr, Var
 from compiler.tir import (
     Allocate,
     Alu,
@@ -81,6 +80,7 @@ class _Emitter:
         self.ring_top = 0
         self.kernel_table: dict[UopKernel, int] = {}
         self.zero_tiles: dict[MemType, int] = {}
+        self.zero_base: dict[MemType, int] = {}
         for buf in func.params:
             tile = _dtype_bytes(buf.dtype) * buf.tile_shape[0] * buf.tile_shape[1]
             self.dram.alloc(buf.name, int(np.prod(buf.shape)) * _dtype_bytes(buf.dtype),
@@ -150,7 +150,9 @@ class _Emitter:
         return region.offset // tile + tile_index
 
     def dma(self, s: DmaCopy, env: dict[Var, int]) -> None:
-        ev = lambda e: evaluate_expr(e, env)  # noqa: E731
+        def ev(e: Expr) -> int:
+            return evaluate_expr(e, env)
+
         sram = (s.sram.buffer.base or 0) + ev(s.sram.index)
         y, x = ev(s.y_size), ev(s.x_size)
         pads = [ev(p) for p in (s.y_pad_0, s.y_pad_1, s.x_pad_0, s.x_pad_1)]
@@ -181,9 +183,8 @@ class _Emitter:
                 name = f"{name}.{cols}"
             region = self.dram.alloc(name, cols * tile, align=max(64, tile))
             self.zero_tiles[mem] = cols
-            self._zero_base = getattr(self, "_zero_base", {})
-            self._zero_base[mem] = region.offset // tile
-        return self._zero_base[mem]
+            self.zero_base[mem] = region.offset // tile
+        return self.zero_base[mem]
 
     def uop_loop(self, s: UopLoop, env: dict[Var, int]) -> None:
         kernel = kernel_uops(s, env)
@@ -294,6 +295,3 @@ def codegen(func: PrimFunc, cfg: HwConfig) -> Program:
     em.run(func.body, {})
     return em.finish()
 
-
-def iter_insns(program: Program) -> Iterator[Insn]:
-    yield from program.insns

@@ -71,7 +71,7 @@ def knob_candidates(wl: Conv2dWorkload, cfg: HwConfig) -> list[Conv2dKnobs]:
     out = []
     for tb, th, tw, tci in itertools.product(_divisors(nb), _divisors(wl.out_height),
                                              _divisors(wl.out_width), _divisors(cib)):
-        for oc_n, h_n in ((1, 1), (2, 1), (1, 2)):
+        for oc_n, h_n in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4)):
             if wl.out_height % (th * h_n):
                 continue
             for tco in _divisors(cob):
