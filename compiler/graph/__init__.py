@@ -1,0 +1,1 @@
+"""Graph-level compiler: graph IR, front ends (model zoo, ONNX), graph passes."""
