@@ -92,6 +92,8 @@ class Graph:
     values: dict[str, TensorType]
     nodes: list[Node]
     params: dict[str, np.ndarray] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    """Results of analysis passes (e.g. ``memory_plan``)."""
 
     # ------------------------------------------------------------------ queries
     def producer(self, value: str) -> Node | None:
@@ -115,7 +117,7 @@ class Graph:
     def copy(self) -> Graph:
         """A deep copy of the structure; params arrays are shared (treat them as immutable)."""
         return Graph(self.name, list(self.inputs), list(self.outputs), dict(self.values),
-                     copy.deepcopy(self.nodes), dict(self.params))
+                     copy.deepcopy(self.nodes), dict(self.params), copy.deepcopy(self.attrs))
 
     # ------------------------------------------------------------------ text
     def to_text(self) -> str:
