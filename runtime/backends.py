@@ -1,0 +1,131 @@
+"""Device backends and fallback kernel sets, found through small registries.
+
+A device backend runs a :class:`~accel.program.Program` on a DRAM image; it declares what it can
+do as data (:class:`BackendCaps`), and callers read the fields instead of branching on names.
+A fallback runs the operators the accelerator does not (``cpu``: numpy kernels, ``gpu``: CuPy
+kernels when a CUDA GPU is present).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from accel.config import HwConfig
+from accel.dram import Dram
+from accel.program import Program
+
+__all__ = [
+    "BackendCaps",
+    "available_backends",
+    "backend",
+    "fallback_kernels",
+    "register_backend",
+]
+
+
+@dataclass(frozen=True)
+class BackendCaps:
+    """What a device backend offers."""
+
+    name: str
+    timed: bool
+    """It reports cycles (and a :class:`sim.stats.SimStats`)."""
+    traces: bool
+    """It can record a Perfetto trace."""
+    description: str
+
+
+RunFn = Callable[[Program, Dram, HwConfig, bool], tuple[Any, int | None]]
+
+
+@dataclass(frozen=True)
+class Backend:
+    caps: BackendCaps
+    run: RunFn
+    """``run(program, dram, cfg, trace) -> (stats, cycles or None)``."""
+
+
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register_backend(caps: BackendCaps, run: RunFn) -> None:
+    """Add (or replace) a device backend."""
+    _BACKENDS[caps.name] = Backend(caps, run)
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name``.
+
+    Raises
+    ------
+    ValueError
+        Unknown name (the message lists the known ones).
+    """
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise ValueError(
+            f"unknown backend {name!r}; expected one of {', '.join(_BACKENDS)}"
+        ) from None
+
+
+def available_backends() -> list[BackendCaps]:
+    return [b.caps for b in _BACKENDS.values()]
+
+
+def _run_fsim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[Any, None]:
+    from sim.functional import FunctionalSimulator
+
+    return FunctionalSimulator(cfg).run(program, dram), None
+
+
+def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[Any, int]:
+    from sim.timing import TimingSimulator
+
+    stats = TimingSimulator(cfg, trace=trace).run(program, dram)
+    return stats, stats.cycles
+
+
+def _run_rtl(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[Any, int]:
+    try:
+        rtl = importlib.import_module("hw.backend")
+    except ImportError as exc:
+        raise ValueError(f"backend 'rtl' is not available: {exc}") from None
+    cycles, stats = rtl.run_rtl(program, dram, cfg)
+    return stats, cycles
+
+
+register_backend(BackendCaps("fsim", False, False, "functional simulator (numpy)"), _run_fsim)
+register_backend(BackendCaps("sim", True, True, "functional + SimPy timing simulator"),
+                 _run_sim)
+register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Amaranth sim)"),
+                 _run_rtl)
+
+
+# ---------------------------------------------------------------------- fallbacks
+_FALLBACKS = {"cpu": "runtime.kernels", "gpu": "runtime.kernels_gpu"}
+
+
+def fallback_kernels(name: str) -> ModuleType:
+    """The kernel module of fallback ``name`` (``cpu`` or ``gpu``).
+
+    Raises
+    ------
+    ValueError
+        Unknown fallback, or ``gpu`` without a usable CUDA GPU and CuPy.
+    """
+    if name not in _FALLBACKS:
+        raise ValueError(f"unknown fallback {name!r}; expected one of {', '.join(_FALLBACKS)}")
+    try:
+        module = importlib.import_module(_FALLBACKS[name])
+    except ImportError as exc:
+        raise ValueError(f"fallback {name!r} is not available: {exc}") from None
+    available = getattr(module, "available", None)
+    if available is not None and not available():
+        raise ValueError(f"fallback {name!r} needs a CUDA GPU with CuPy, and none is usable "
+                         "here; use --fallback cpu")
+    return module

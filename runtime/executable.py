@@ -1,0 +1,461 @@
+"""Executables: a partitioned graph whose accelerator nodes are compiled, run node by node.
+
+Accelerator nodes (``target == "accel"``: conv2d, dense) run as compiled programs on a device
+backend (:mod:`runtime.backends`); their outputs stay in the accelerator's blocked layout while
+the next node is also on the accelerator, and are converted only at partition boundaries
+(``layout_pack`` / ``layout_unpack`` nodes, or on demand). Every other node runs on the fallback
+kernels (numpy on the CPU, or CuPy on a GPU). Each node's cycles, utilisation, DRAM traffic and
+stalls (accelerator) or wall time (fallback) go into a :class:`RunReport`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel.api import run_program
+from accel.config import HwConfig
+from accel.dram import pack_activation, pack_weight, unpack_activation
+from compiler.graph.ir import Graph, GraphError, Node
+from compiler.ops.compiled import CompiledOp, compile_conv2d, compile_matmul
+from compiler.ops.conv2d import Conv2dWorkload
+from compiler.ops.matmul import MatmulWorkload
+from runtime.backends import backend as find_backend
+from runtime.backends import fallback_kernels
+
+__all__ = ["Executable", "LayerReport", "RunReport"]
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class LayerReport:
+    """One node's execution."""
+
+    name: str
+    op: str
+    target: str
+    input_shapes: list[list[int]]
+    output_shape: list[int]
+    macs: int
+    cycles: int | None = None
+    milliseconds: float | None = None
+    gemm_utilization: float | None = None
+    dram_kb: float | None = None
+    largest_stall: str | None = None
+    stalls: dict[str, dict[str, int]] = field(default_factory=dict)
+    wall_ms: float = 0.0
+    check: bool | None = None
+
+
+@dataclass
+class RunReport:
+    """A whole network's run: per-layer rows and totals."""
+
+    model: str
+    config: str
+    backend: str
+    fallback: str
+    clock_mhz: float
+    layers: list[LayerReport]
+    check: bool | None = None
+    memory_plan: dict[str, Any] = field(default_factory=dict)
+    traces: list[tuple[str, int, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def accel_cycles(self) -> int:
+        return sum(layer.cycles or 0 for layer in self.layers if layer.target == "accel")
+
+    @property
+    def accel_ms(self) -> float:
+        return self.accel_cycles / (self.clock_mhz * 1000.0)
+
+    @property
+    def fallback_wall_ms(self) -> float:
+        return sum(layer.wall_ms for layer in self.layers if layer.target != "accel")
+
+    @property
+    def offloaded_mac_share(self) -> float:
+        total = sum(layer.macs for layer in self.layers)
+        accel = sum(layer.macs for layer in self.layers if layer.target == "accel")
+        return accel / total if total else 0.0
+
+    def totals(self) -> dict[str, Any]:
+        return {
+            "accel_cycles": self.accel_cycles if self.backend != "fsim" else None,
+            "accel_ms": self.accel_ms if self.backend != "fsim" else None,
+            "fallback_wall_ms": self.fallback_wall_ms,
+            "offloaded_mac_share": self.offloaded_mac_share,
+            "layers": len(self.layers),
+            "accel_layers": sum(layer.target == "accel" for layer in self.layers),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "config": self.config, "backend": self.backend,
+            "fallback": self.fallback, "clock_mhz": self.clock_mhz, "check": self.check,
+            "totals": self.totals(), "memory_plan": self.memory_plan,
+            "layers": [asdict(layer) for layer in self.layers],
+        }
+
+    def write_json(self, path: str | Path) -> None:
+        _atomic_write(Path(path), json.dumps(self.to_dict(), indent=2))
+
+    def write_csv(self, path: str | Path) -> None:
+        import csv
+        import io
+
+        cols = ["name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
+                "milliseconds", "gemm_utilization", "dram_kb", "largest_stall", "wall_ms",
+                "check"]
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(cols)
+        for layer in self.layers:
+            row = asdict(layer)
+            writer.writerow(["x".join(map(str, s)) if k == "output_shape" else
+                             ";".join("x".join(map(str, t)) for t in row[k])
+                             if k == "input_shapes" else row[k] for k in cols
+                             for s in [row[k]]])
+        _atomic_write(Path(path), buf.getvalue())
+
+    def write_trace(self, path: str | Path) -> None:
+        """One Perfetto trace: accelerator layers back to back on the module tracks (offset by
+        the cycles before them), fallback layers on a ``cpu`` track by wall time."""
+        events: list[dict[str, Any]] = []
+        us_per_cycle = 1.0 / self.clock_mhz
+        offset_us = 0.0
+        cpu_tid = 10
+        events.append({"ph": "M", "pid": 1, "tid": cpu_tid, "name": "thread_name",
+                       "args": {"name": "cpu fallback"}})
+        layers = {layer.name: layer for layer in self.layers}
+        for name, _, stats in self.traces:
+            layer = layers[name]
+            if stats is not None:
+                for e in stats.trace_events():
+                    if e["ph"] == "M" and events and any(
+                            x.get("tid") == e.get("tid") and x["ph"] == "M" for x in events):
+                        continue
+                    e = dict(e)
+                    if "ts" in e:
+                        e["ts"] += offset_us
+                    events.append(e)
+                events.append({"ph": "X", "pid": 1, "tid": 9, "name": name, "ts": offset_us,
+                               "dur": (layer.cycles or 0) * us_per_cycle,
+                               "args": {"op": layer.op, "cycles": layer.cycles}})
+                offset_us += (layer.cycles or 0) * us_per_cycle
+            else:
+                events.append({"ph": "X", "pid": 1, "tid": cpu_tid, "name": name,
+                               "ts": offset_us, "dur": layer.wall_ms * 1000.0,
+                               "args": {"op": layer.op, "wall_ms": layer.wall_ms}})
+                offset_us += layer.wall_ms * 1000.0
+        events.append({"ph": "M", "pid": 1, "tid": 9, "name": "thread_name",
+                       "args": {"name": "layers"}})
+        _atomic_write(Path(path), json.dumps({"traceEvents": events,
+                                              "displayTimeUnit": "ns"}))
+
+    def plot_utilization(self, path: str | Path) -> None:
+        """Per-layer GEMM utilisation bars with the compute module's stall breakdown."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        accel = [layer for layer in self.layers if layer.target == "accel"]
+        fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(max(6, 0.45 * len(accel) + 2), 7),
+                                       sharex=True)
+        names = [layer.name for layer in accel]
+        x = np.arange(len(accel))
+        ax1.bar(x, [layer.gemm_utilization or 0 for layer in accel], color="tab:blue")
+        ax1.set_ylabel("GEMM utilisation (0-1)")
+        ax1.set_ylim(0, 1)
+        ax1.set_title(f"{self.model} on {self.config} ({self.backend}): per-layer utilisation")
+        causes = sorted({c for layer in accel for c in layer.stalls.get("compute", {})})
+        bottom = np.zeros(len(accel))
+        for cause in causes:
+            share = np.array([layer.stalls.get("compute", {}).get(cause, 0)
+                              / max(layer.cycles or 1, 1) for layer in accel])
+            ax2.bar(x, share, bottom=bottom, label=cause)
+            bottom += share
+        ax2.set_ylabel("compute stall share of cycles")
+        ax2.set_ylim(0, 1)
+        ax2.legend(fontsize="small", loc="upper right")
+        ax2.set_xticks(x, names, rotation=70, fontsize="small")
+        ax2.set_xlabel("layer")
+        fig.tight_layout()
+        tmp = Path(str(path) + ".tmp.png")
+        fig.savefig(tmp, dpi=110)
+        plt.close(fig)
+        tmp.replace(path)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
+
+
+class Executable:
+    """A compiled network for one config.
+
+    Parameters
+    ----------
+    graph
+        An integer graph whose nodes carry ``attrs["target"]`` (``"accel"`` or ``"cpu"``; a
+        missing target means cpu).
+    cfg
+        The hardware the accelerator nodes are compiled for.
+    knobs
+        Optional per-node knobs (node name -> knobs), e.g. from a tuning log.
+    """
+
+    def __init__(self, graph: Graph, cfg: HwConfig, knobs: dict[str, Any] | None = None) -> None:
+        graph.verify()
+        self.graph = graph
+        self.cfg = cfg
+        self.compiled: dict[str, CompiledOp] = {}
+        self.packed: dict[str, dict[str, np.ndarray]] = {}
+        knobs = knobs or {}
+        for node in graph.nodes:
+            if node.attrs.get("target") == "accel":
+                self.compiled[node.name] = self._compile(node, knobs.get(node.name))
+
+    # ------------------------------------------------------------------ compilation
+    def _workload(self, node: Node) -> Conv2dWorkload | MatmulWorkload:
+        a = node.attrs
+        x = self.graph.values[node.inputs[0]]
+        w = self.graph.params[a["weight"]]
+        shape = _logical_shape(x.shape, x.layout)
+        if node.op == "conv2d":
+            (sh, sw), (ph, pw) = _pair(a.get("stride", 1)), _pair(a.get("padding", 0))
+            return Conv2dWorkload(shape[0], shape[1], shape[2], shape[3], w.shape[0],
+                                  w.shape[2], w.shape[3], sh, sw, ph, pw,
+                                  a.get("bias") is not None, int(a.get("shift", 0)),
+                                  bool(a.get("relu", False)))
+        if node.op == "dense":
+            return MatmulWorkload(shape[0], w.shape[1], w.shape[0], a.get("bias") is not None,
+                                  int(a.get("shift", 0)), bool(a.get("relu", False)))
+        raise GraphError(f"node {node.name}: {node.op} cannot run on the accelerator")
+
+    def _compile(self, node: Node, knobs: Any) -> CompiledOp:
+        wl = self._workload(node)
+        cfg = self.cfg
+        w = self.graph.params[node.attrs["weight"]]
+        bias = node.attrs.get("bias")
+        if isinstance(wl, Conv2dWorkload):
+            op = compile_conv2d(wl, cfg, knobs)
+            packed = {"kernel": pack_weight(w, cfg.block_out, cfg.block_in)}
+            channels = w.shape[0]
+        else:
+            op = compile_matmul(wl, cfg, knobs)
+            packed = {"b": pack_weight(np.ascontiguousarray(w)[:, :, None, None],
+                                       cfg.block_out, cfg.block_in)[:, :, 0, 0]}
+            channels = w.shape[0]
+        if bias is not None:
+            packed["bias"] = op.bias_tiles(self.graph.params[bias], channels)
+        self.packed[node.name] = packed
+        return op
+
+    # ------------------------------------------------------------------ running
+    def run(
+        self,
+        inputs: np.ndarray | dict[str, np.ndarray],
+        backend: str = "sim",
+        fallback: str = "cpu",
+        check: bool = False,
+        trace: bool = False,
+        progress: Progress | None = None,
+    ) -> tuple[dict[str, np.ndarray], RunReport]:
+        """Run the network; return its outputs by name and the report.
+
+        With ``check`` every node's output is compared with the numpy kernels applied to the
+        same inputs (and the report's ``check`` is the conjunction).
+
+        Raises
+        ------
+        ValueError
+            Unknown backend or fallback, or inputs of the wrong shape or dtype.
+        """
+        device = find_backend(backend)
+        kernels = fallback_kernels(fallback)
+        reference = fallback_kernels("cpu") if check else None
+        g = self.graph
+        if isinstance(inputs, np.ndarray):
+            if len(g.inputs) != 1:
+                raise ValueError(f"{g.name} has {len(g.inputs)} inputs; pass a dict")
+            inputs = {g.inputs[0]: inputs}
+        env: dict[str, np.ndarray] = {}
+        for name in g.inputs:
+            want = g.values[name]
+            if name not in inputs:
+                raise ValueError(f"{g.name}: missing input {name!r}")
+            value = np.asarray(inputs[name])
+            if tuple(value.shape) != want.shape or value.dtype != np.dtype(want.dtype):
+                raise ValueError(f"{g.name}: input {name!r} must be {want.dtype} of shape "
+                                 f"{want.shape}, got {value.dtype} of shape {value.shape}")
+            env[name] = value
+        report = RunReport(g.name, self.cfg.name, backend, fallback, self.cfg.clock_mhz, [],
+                           memory_plan=dict(g.attrs.get("memory_plan", {})))
+        checks: list[bool] = []
+        for k, node in enumerate(g.nodes):
+            if progress is not None:
+                progress(k, len(g.nodes), node.name)
+            layer, stats = self._run_node(node, env, device, kernels, trace)
+            if reference is not None:
+                layer.check = self._check_node(node, env, reference)
+                checks.append(layer.check)
+            report.layers.append(layer)
+            report.traces.append((node.name, k, stats))
+        if progress is not None:
+            progress(len(g.nodes), len(g.nodes), "done")
+        report.check = all(checks) if check else None
+        outputs = {name: self._logical(name, env[name]) for name in g.outputs}
+        return outputs, report
+
+    def _logical(self, name: str, value: np.ndarray) -> np.ndarray:
+        """``value`` in its plain layout (NCHW / NC), unpacking a blocked one."""
+        t = self.graph.values[name]
+        if t.layout in ("NCHW", "NC", ""):
+            return value
+        shape = _logical_shape(t.shape, t.layout)
+        if len(shape) == 2:
+            return unpack_activation(value[:, :, None, None], (*shape, 1, 1))[:, :, 0, 0]
+        return unpack_activation(value, shape)
+
+    def _run_node(self, node: Node, env: dict[str, np.ndarray], device: Any, kernels: Any,
+                  trace: bool) -> tuple[LayerReport, Any]:
+        g = self.graph
+        out_t = g.values[node.outputs[0]]
+        layer = LayerReport(node.name, node.op, node.attrs.get("target", "cpu"),
+                            [list(_logical_shape(g.values[v].shape, g.values[v].layout))
+                             for v in node.inputs],
+                            list(_logical_shape(out_t.shape, out_t.layout)), _macs(node, g))
+        if layer.target == "accel":
+            op = self.compiled[node.name]
+            x = env[node.inputs[0]]
+            args = dict(self.packed[node.name])
+            blocked = _as_blocked(x, g.values[node.inputs[0]].layout, self.cfg)
+            if isinstance(op.workload, Conv2dWorkload):
+                args["data"] = blocked
+            else:
+                args["a"] = blocked
+            image = op.dram(**args)
+            result = run_program(op.program, image, config=self.cfg,
+                                 backend=device.caps.name, trace=trace)
+            region = op.program.regions["out"]
+            out_blocked = image.read("out", "int8", region.shape)
+            env[node.outputs[0]] = out_blocked if out_t.layout not in ("NCHW", "NC") else \
+                self._unblock(out_blocked, out_t.shape)
+            stats = result.stats
+            if device.caps.timed:
+                layer.cycles = result.cycles
+                layer.milliseconds = result.cycles / (self.cfg.clock_mhz * 1000.0)
+                layer.gemm_utilization = layer.macs / (result.cycles *
+                                                       self.cfg.peak_macs_per_cycle)
+                moved = sum(stats.dram_loaded.values()) + stats.dram_stored
+                layer.dram_kb = moved / 1024.0
+                layer.stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
+                compute = stats.modules["compute"]
+                layer.largest_stall = compute.largest_stall()
+                return layer, stats
+            moved = sum(stats.bytes_loaded.values()) + stats.bytes_stored
+            layer.dram_kb = moved / 1024.0
+            return layer, None
+        start = time.perf_counter()
+        env[node.outputs[0]] = self._fallback(node, env, kernels)
+        layer.wall_ms = (time.perf_counter() - start) * 1000.0
+        return layer, None
+
+    def _unblock(self, blocked: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        if blocked.ndim == 4:
+            return unpack_activation(blocked[:, :, None, None], (*shape, 1, 1))[:, :, 0, 0]
+        return unpack_activation(blocked, shape)  # type: ignore[arg-type]
+
+    def _plain_inputs(self, node: Node, env: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [self._logical(v, env[v]) for v in node.inputs]
+
+    def _fallback(self, node: Node, env: dict[str, np.ndarray], k: Any) -> np.ndarray:
+        """Run ``node`` with the fallback kernel module ``k`` (numpy or CuPy)."""
+        g, a = self.graph, node.attrs
+        if node.op == "layout_pack":
+            (x,) = self._plain_inputs(node, env)
+            return _as_blocked(x, "NCHW" if x.ndim == 4 else "NC", self.cfg)
+        if node.op == "layout_unpack":
+            return self._logical(node.inputs[0], env[node.inputs[0]])
+        xs = self._plain_inputs(node, env)
+        return _apply(node.op, a, xs, g.params, k)
+
+    def _check_node(self, node: Node, env: dict[str, np.ndarray], ref: Any) -> bool:
+        if node.op in ("layout_pack", "layout_unpack"):
+            return True
+        want = _apply(node.op, node.attrs, self._plain_inputs(node, env), self.graph.params, ref)
+        got = self._logical(node.outputs[0], env[node.outputs[0]])
+        return bool(np.array_equal(np.asarray(got), np.asarray(want)))
+
+
+def _apply(op: str, a: dict[str, Any], xs: list[np.ndarray], params: dict[str, np.ndarray],
+           k: Any) -> np.ndarray:
+    """One integer operator on plain-layout inputs through kernel module ``k``."""
+    bias = params[a["bias"]] if a.get("bias") is not None else None
+    if op == "conv2d":
+        return k.conv2d(xs[0], params[a["weight"]], bias, stride=_pair(a.get("stride", 1)),
+                        padding=_pair(a.get("padding", 0)), shift=int(a.get("shift", 0)),
+                        relu=bool(a.get("relu", False)))
+    if op == "dense":
+        return k.dense(xs[0], params[a["weight"]], bias, shift=int(a.get("shift", 0)),
+                       relu=bool(a.get("relu", False)))
+    if op == "add":
+        return k.add(xs[0], xs[1], shift=int(a.get("shift", 0)), relu=bool(a.get("relu", False)))
+    if op == "relu":
+        return k.relu(xs[0])
+    if op == "max_pool2d":
+        return k.max_pool2d(xs[0], _pair(a["kernel"]), _pair(a.get("stride", a["kernel"])),
+                            _pair(a.get("padding", 0)))
+    if op == "avg_pool2d":
+        return k.avg_pool2d(xs[0], _pair(a["kernel"]), _pair(a.get("stride", a["kernel"])),
+                            _pair(a.get("padding", 0)))
+    if op == "global_avg_pool":
+        return k.global_avg_pool(xs[0])
+    if op == "flatten":
+        return np.ascontiguousarray(xs[0]).reshape(xs[0].shape[0], -1)
+    if op == "quantize":
+        s = int(a["scale_shift"])
+        return np.clip(np.round(np.asarray(xs[0], np.float64) * 2.0 ** s), -128, 127
+                       ).astype(np.int8)
+    if op == "dequantize":
+        return (np.asarray(xs[0], np.float32) * np.float32(2.0 ** -int(a["scale_shift"])))
+    raise GraphError(f"operator {op!r} has no fallback kernel")
+
+
+def _macs(node: Node, g: Graph) -> int:
+    if node.op not in ("conv2d", "dense"):
+        return 0
+    w = g.params[node.attrs["weight"]]
+    out = g.values[node.outputs[0]]
+    shape = _logical_shape(out.shape, out.layout)
+    per_output = int(np.prod(w.shape[1:]))
+    return int(np.prod(shape)) * per_output
+
+
+def _logical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    """The plain (NCHW / NC) shape of a value; blocked values record their logical shape."""
+    return tuple(shape)
+
+
+def _as_blocked(x: np.ndarray, layout: str, cfg: HwConfig) -> np.ndarray:
+    """``x`` in the accelerator's blocked layout (unchanged if it already is)."""
+    if layout not in ("NCHW", "NC", ""):
+        return x
+    if x.ndim == 2:
+        return pack_activation(x[:, :, None, None], cfg.batch, cfg.block_in)[:, :, 0, 0]
+    return pack_activation(x, cfg.batch, cfg.block_in)
