@@ -4,7 +4,7 @@ The shared contract (``HwConfig``, the ISA, ``Program``) and the user's entry po
 Heavy subsystems are imported lazily by the entry points that need them.
 """
 
-from accel.api import Report, conv2d, matmul, run_program
+from accel.api import Report, compile, conv2d, load_model, matmul, run_program
 from accel.config import ConfigError, HwConfig, load_config, shipped_configs
 from accel.program import Program, ProgramError, ProgramFormatError, Region
 
@@ -16,8 +16,10 @@ __all__ = [
     "ProgramFormatError",
     "Region",
     "Report",
+    "compile",
     "conv2d",
     "load_config",
+    "load_model",
     "matmul",
     "run_program",
     "shipped_configs",

@@ -9,7 +9,8 @@ from accel.config import HwConfig, load_config
 from accel.dram import Dram
 from accel.program import Program, ProgramError
 
-__all__ = ["BACKENDS", "Report", "RunResult", "conv2d", "matmul", "run_program"]
+__all__ = ["BACKENDS", "Report", "RunResult", "compile", "conv2d", "load_model", "matmul",
+           "run_program"]
 
 BACKENDS = ("fsim", "sim", "rtl")
 
@@ -49,8 +50,9 @@ def run_program(
     config
         The hardware; defaults to the program's own config and must equal it when given.
     backend
-        ``"fsim"`` (functional only) or ``"sim"`` (functional + timing: ``cycles`` and a
-        :class:`sim.stats.SimStats`). ``"rtl"`` arrives with the RTL work.
+        A registered backend (:mod:`runtime.backends`): ``"fsim"`` (functional only),
+        ``"sim"`` (functional + timing: ``cycles`` and a :class:`sim.stats.SimStats`) or
+        ``"rtl"`` (the Amaranth RTL).
     trace
         With ``"sim"``: also record queue and DRAM counters for ``stats.write_trace``.
 
@@ -61,23 +63,15 @@ def run_program(
     ProgramError
         An invalid program, a deadlock, or tokens left at FINISH.
     """
-    cfg = program.config if config is None else load_config(config) \
-        if not isinstance(config, HwConfig) else config
+    from runtime.backends import backend as find_backend
+
+    cfg = program.config if config is None else (
+        config if isinstance(config, HwConfig) else load_config(config))
     if cfg != program.config:
         raise ProgramError(f"program was built for config {program.config.name}, not {cfg.name}")
-    if backend == "fsim":
-        from sim.functional import FunctionalSimulator
-
-        stats = FunctionalSimulator(cfg).run(program, dram)
-        return RunResult(dram=dram, backend=backend, stats=stats)
-    if backend == "sim":
-        from sim.timing import TimingSimulator
-
-        timing = TimingSimulator(cfg, trace=trace).run(program, dram)
-        return RunResult(dram=dram, backend=backend, stats=timing, cycles=timing.cycles)
-    if backend in BACKENDS:
-        raise ValueError(f"backend {backend!r} is not available in this version; use 'fsim'")
-    raise ValueError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    device = find_backend(backend)
+    stats, cycles = device.run(program, dram, cfg, trace)
+    return RunResult(dram=dram, backend=backend, stats=stats, cycles=cycles)
 
 
 # ---------------------------------------------------------------------- operators
@@ -201,3 +195,61 @@ def matmul(
     result = run_program(op.program, image, config=cfg, backend=backend)
     y = op.read_output(image, (wl.m, wl.n, 1, 1))[:, :, 0, 0]
     return y, _report(result, op, wl.macs)
+
+
+# ---------------------------------------------------------------------- networks
+def load_model(model: Any, batch: int = 1, image_size: int | None = None) -> Any:
+    """A graph from a zoo name (``"resnet18"``), an ``.onnx`` path, or a graph (returned as is).
+
+    Raises
+    ------
+    compiler.graph.ir.GraphError
+        Unknown model name, unreadable or invalid ONNX file.
+    """
+    from pathlib import Path
+
+    from compiler.graph.ir import Graph
+
+    if isinstance(model, Graph):
+        return model
+    text = str(model)
+    if text.endswith(".onnx") or Path(text).suffix == ".onnx":
+        from compiler.graph.onnx_frontend import import_onnx
+
+        return import_onnx(text)
+    from compiler.graph.zoo import load_zoo
+
+    return load_zoo(text, batch=batch, image_size=image_size or 224)
+
+
+def compile(
+    model: Any, config: HwConfig | str | None = None, batch: int = 1,
+    image_size: int | None = None, calibration: Any = None, knobs: dict[str, Any] | None = None,
+) -> Any:
+    """Compile a network for ``config``: graph passes, partitioning, per-layer programs.
+
+    Parameters
+    ----------
+    model
+        A zoo name (``"resnet18"``), an ``.onnx`` path, or a :class:`compiler.graph.ir.Graph`.
+    config
+        The hardware (default: the packaged default).
+    batch, image_size
+        For zoo models.
+    calibration
+        Sample float inputs for quantising a float (ONNX) model.
+    knobs
+        Per-node schedule knobs (node name -> knobs), e.g. from a tuning log.
+
+    Returns
+    -------
+    runtime.executable.Executable
+        ``outputs, report = exe.run(x, backend="sim", fallback="cpu")``.
+    """
+    from compiler.graph.passes import optimize
+    from runtime.executable import Executable
+
+    cfg = load_config(config) if not isinstance(config, HwConfig) else config
+    graph = load_model(model, batch=batch, image_size=image_size)
+    graph = optimize(graph, cfg, calibration=calibration)
+    return Executable(graph, cfg, knobs=knobs)

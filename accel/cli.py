@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -88,6 +90,115 @@ def cmd_disasm(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- networks
+def _progress(stream: Any) -> Any:
+    """A progress callback: an updating line on a terminal, nothing otherwise."""
+    if not getattr(stream, "isatty", lambda: False)():
+        return None
+    start = time.perf_counter()
+
+    def show(k: int, n: int, name: str) -> None:
+        width = 24
+        done = int(width * k / max(n, 1))
+        line = (f"\r[{'#' * done}{'.' * (width - done)}] {k}/{n} {name:<28.28} "
+                f"{time.perf_counter() - start:5.1f}s")
+        stream.write(line)
+        if k == n:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_report(report: Any, out: Any = sys.stdout) -> None:
+    """The per-layer table and the totals."""
+    header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
+              f"{'ms':>8} {'util':>5} {'DRAM KB':>8}  largest stall")
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    for layer in report.layers:
+        shape = "x".join(str(s) for s in layer.output_shape)
+        ms = layer.milliseconds if layer.target == "accel" else layer.wall_ms
+        print(f"{layer.name:<22.22} {layer.op:<16.16} {shape:<17.17} {layer.target:<6} "
+              f"{_fmt(layer.cycles, 'd'):>10} {_fmt(ms, '.3f'):>8} "
+              f"{_fmt(layer.gemm_utilization, '.2f'):>5} {_fmt(layer.dram_kb, '.1f'):>8}  "
+              f"{layer.largest_stall or ''}", file=out)
+    t = report.totals()
+    print("-" * len(header), file=out)
+    cycles = t["accel_cycles"]
+    if cycles is not None:
+        print(f"accelerator: {cycles} cycles = {t['accel_ms']:.3f} ms at "
+              f"{report.clock_mhz:g} MHz ({report.backend}, {report.config})", file=out)
+    else:
+        print(f"accelerator: functional only ({report.backend}, {report.config})", file=out)
+    print(f"fallback ({report.fallback}): {t['fallback_wall_ms']:.1f} ms wall; "
+          f"MACs offloaded: {100 * t['offloaded_mac_share']:.2f}%", file=out)
+    plan = report.memory_plan
+    if plan.get("peak_bytes"):
+        print(f"DRAM plan: peak {plan['peak_bytes'] / 1024:.0f} KB vs naive "
+              f"{plan['naive_bytes'] / 1024:.0f} KB", file=out)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import accel
+    from compiler.errors import LoweringError
+    from compiler.graph.ir import GraphError
+
+    cfg = _config(args.config)
+    is_onnx = str(args.model).endswith(".onnx")
+    started = time.perf_counter()
+    try:
+        graph = accel.load_model(args.model, batch=args.batch, image_size=args.image_size)
+        rng = np.random.default_rng(args.seed)
+        (name,) = graph.inputs[:1]
+        t = graph.values[name]
+        if t.dtype == "float32":
+            x = rng.standard_normal(t.shape).astype(np.float32)
+            calibration = [rng.standard_normal(t.shape).astype(np.float32) for _ in range(4)]
+        else:
+            x = rng.integers(-128, 128, t.shape, dtype=np.int8)
+            calibration = None
+        exe = accel.compile(graph, cfg, calibration=calibration)
+    except (GraphError, LoweringError) as exc:
+        raise CliError(str(exc)) from None
+    compiled = time.perf_counter()
+    check = (not is_onnx) if args.check is None else args.check
+    out_dir = Path(args.out) if args.out else None
+    outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
+                              trace=out_dir is not None and args.backend != "fsim",
+                              progress=_progress(sys.stderr))
+    ran = time.perf_counter()
+    print_report(report)
+    if check:
+        ref = exe.reference(x)
+        final_ok = all(np.array_equal(outputs[k], ref[k]) for k in ref)
+        bad = [layer.name for layer in report.layers if layer.check is False]
+        if bad or not final_ok:
+            print(f"check: FAILED: {len(bad)} layer(s) differ from the numpy reference "
+                  f"({', '.join(bad[:5])}); final output "
+                  f"{'matches' if final_ok else 'differs'}")
+        else:
+            print(f"check: all {len(report.layers)} layers and the final output are bit-exact "
+                  "with the numpy reference network")
+    print(f"time: compile {compiled - started:.2f} s, run {ran - compiled:.2f} s")
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        report.write_json(out_dir / "report.json")
+        report.write_csv(out_dir / "layers.csv")
+        if args.backend != "fsim":
+            report.plot_utilization(out_dir / "utilization.png")
+            report.write_trace(out_dir / "trace.json")
+        print(f"wrote {out_dir}/report.json, layers.csv"
+              + (", utilization.png, trace.json" if args.backend != "fsim" else ""))
+    return 1 if check and report.check is False else 0
+
+
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -110,6 +221,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_config_validate)
     p = cfg_sub.add_parser("list", help="list the shipped configs")
     p.set_defaults(func=cmd_config_list)
+
+    p = sub.add_parser("run", help="run a network (zoo name or .onnx) through a backend")
+    p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50) or an .onnx file")
+    p.add_argument("--config", help="hardware config name or YAML path")
+    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"])
+    p.add_argument("--fallback", default="cpu", choices=["cpu", "gpu"],
+                   help="where operators the accelerator cannot run go")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--image-size", type=int, default=None, help="zoo input size (default 224)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input")
+    p.add_argument("--out", help="write report.json, layers.csv, utilization.png, trace.json")
+    p.add_argument("--check", dest="check", action="store_true", default=None,
+                   help="compare every layer with the numpy reference (default for zoo models)")
+    p.add_argument("--no-check", dest="check", action="store_false")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("asm", help="assemble a .s file into a binary program")
     p.add_argument("source", help="assembly text (the form accel disasm prints)")

@@ -322,6 +322,20 @@ class Executable:
         outputs = {name: self._logical(name, env[name]) for name in g.outputs}
         return outputs, report
 
+    def reference(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The numpy reference network: every node, accelerator ones included, on the numpy
+        kernels in plain layouts."""
+        g = self.graph
+        env = dict(inputs) if isinstance(inputs, dict) else {g.inputs[0]: inputs}
+        k = fallback_kernels("cpu")
+        for node in g.nodes:
+            if node.op in ("layout_pack", "layout_unpack"):
+                env[node.outputs[0]] = env[node.inputs[0]]
+                continue
+            env[node.outputs[0]] = _apply(node.op, node.attrs, [env[v] for v in node.inputs],
+                                          g.params, k)
+        return {name: env[name] for name in g.outputs}
+
     def _logical(self, name: str, value: np.ndarray) -> np.ndarray:
         """``value`` in its plain layout (NCHW / NC), unpacking a blocked one."""
         t = self.graph.values[name]
