@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from accel.config import ConfigError, HwConfig, load_config, shipped_configs
+from accel.config import HwConfig, load_config, shipped_configs
 
 __all__ = ["main"]
 
@@ -253,15 +253,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``accel`` console script; returns the exit status."""
-    from accel.isa import DecodeError, EncodeError
-    from accel.program import AsmError, ProgramError, ProgramFormatError
+    import os
 
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, ConfigError, AsmError, ProgramError, ProgramFormatError, EncodeError,
-            DecodeError) as exc:
+    except (CliError, ValueError) as exc:
+        # Every user-input error in accel is a ValueError subclass with a one-line message
+        # (ConfigError, ProgramError, LoweringError, GraphError, ...). ACCEL_DEBUG=1 re-raises.
+        if os.environ.get("ACCEL_DEBUG"):
+            raise
         print(f"accel: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
