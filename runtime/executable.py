@@ -21,8 +21,10 @@ import numpy as np
 
 from accel.api import run_program
 from accel.config import HwConfig
-from accel.dram import pack_activation, pack_weight, unpack_activation
-from compiler.graph.ir import Graph, GraphError, Node
+from accel.dram import pack_weight, unpack_activation
+from compiler.graph.ir import Graph, GraphError, Node, TensorType
+from compiler.graph.ops import blocked_layout, parse_layout
+from compiler.graph.reference import run_node, to_logical, to_physical
 from compiler.ops.compiled import CompiledOp, compile_conv2d, compile_matmul
 from compiler.ops.conv2d import Conv2dWorkload
 from compiler.ops.matmul import MatmulWorkload
@@ -329,22 +331,18 @@ class Executable:
         env = dict(inputs) if isinstance(inputs, dict) else {g.inputs[0]: inputs}
         k = fallback_kernels("cpu")
         for node in g.nodes:
+            args = [env[v] for v in node.inputs]
             if node.op in ("layout_pack", "layout_unpack"):
-                env[node.outputs[0]] = env[node.inputs[0]]
-                continue
-            env[node.outputs[0]] = _apply(node.op, node.attrs, [env[v] for v in node.inputs],
-                                          g.params, k)
+                env[node.outputs[0]] = args[0]  # the reference keeps every value plain
+            elif node.op in _KERNEL_OPS:
+                env[node.outputs[0]] = _apply(node.op, node.attrs, args, g.params, k)
+            else:
+                env[node.outputs[0]] = run_node(node, args, g)
         return {name: env[name] for name in g.outputs}
 
     def _logical(self, name: str, value: np.ndarray) -> np.ndarray:
         """``value`` in its plain layout (NCHW / NC), unpacking a blocked one."""
-        t = self.graph.values[name]
-        if t.layout in ("NCHW", "NC", ""):
-            return value
-        shape = _logical_shape(t.shape, t.layout)
-        if len(shape) == 2:
-            return unpack_activation(value[:, :, None, None], (*shape, 1, 1))[:, :, 0, 0]
-        return unpack_activation(value, shape)
+        return to_logical(value, self.graph.values[name])
 
     def _run_node(self, node: Node, env: dict[str, np.ndarray], device: Any, kernels: Any,
                   trace: bool) -> tuple[LayerReport, Any]:
@@ -403,15 +401,17 @@ class Executable:
         g, a = self.graph, node.attrs
         if node.op == "layout_pack":
             (x,) = self._plain_inputs(node, env)
-            return _as_blocked(x, "NCHW" if x.ndim == 4 else "NC", self.cfg)
+            return to_physical(x, g.values[node.outputs[0]])
         if node.op == "layout_unpack":
             return self._logical(node.inputs[0], env[node.inputs[0]])
         xs = self._plain_inputs(node, env)
-        return _apply(node.op, a, xs, g.params, k)
+        if node.op in _KERNEL_OPS:
+            return _apply(node.op, a, xs, g.params, k)
+        return run_node(node, xs, g)
 
     def _check_node(self, node: Node, env: dict[str, np.ndarray], ref: Any) -> bool:
-        if node.op in ("layout_pack", "layout_unpack"):
-            return True
+        if node.op not in _KERNEL_OPS:
+            return True  # layout changes and quantisation run on the reference code itself
         want = _apply(node.op, node.attrs, self._plain_inputs(node, env), self.graph.params, ref)
         got = self._logical(node.outputs[0], env[node.outputs[0]])
         return bool(np.array_equal(np.asarray(got), np.asarray(want)))
@@ -442,13 +442,13 @@ def _apply(op: str, a: dict[str, Any], xs: list[np.ndarray], params: dict[str, n
         return k.global_avg_pool(xs[0])
     if op == "flatten":
         return np.ascontiguousarray(xs[0]).reshape(xs[0].shape[0], -1)
-    if op == "quantize":
-        s = int(a["scale_shift"])
-        return np.clip(np.round(np.asarray(xs[0], np.float64) * 2.0 ** s), -128, 127
-                       ).astype(np.int8)
-    if op == "dequantize":
-        return (np.asarray(xs[0], np.float32) * np.float32(2.0 ** -int(a["scale_shift"])))
     raise GraphError(f"operator {op!r} has no fallback kernel")
+
+
+_KERNEL_OPS = frozenset({"conv2d", "dense", "add", "relu", "max_pool2d", "avg_pool2d",
+                         "global_avg_pool", "flatten"})
+"""Integer operators the fallback kernel modules implement; the rest (quantize, dequantize,
+constant) run on :func:`compiler.graph.reference.run_node`, their one definition."""
 
 
 def _macs(node: Node, g: Graph) -> int:
@@ -468,8 +468,7 @@ def _logical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
 
 def _as_blocked(x: np.ndarray, layout: str, cfg: HwConfig) -> np.ndarray:
     """``x`` in the accelerator's blocked layout (unchanged if it already is)."""
-    if layout not in ("NCHW", "NC", ""):
+    if parse_layout(layout) is not None:
         return x
-    if x.ndim == 2:
-        return pack_activation(x[:, :, None, None], cfg.batch, cfg.block_in)[:, :, 0, 0]
-    return pack_activation(x, cfg.batch, cfg.block_in)
+    return to_physical(x, TensorType(x.shape, str(x.dtype),
+                                     blocked_layout(x.ndim, cfg.batch, cfg.block_in)))

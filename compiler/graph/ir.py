@@ -15,6 +15,8 @@ add                 shift, relu (two int8 inputs; residual add with requantisati
 relu, flatten       -
 max_pool2d          kernel (h, w), stride (h, w), padding (h, w)
 avg_pool2d          kernel, stride, padding;   global_avg_pool: -
+constant            value (param name): no inputs; a constant tensor that feeds a value
+                    input (front ends; removed or produced by constant folding)
 ==================  =====================================================================
 
 Float operators come from front ends (ONNX) and are removed by quantisation: conv2d, dense and
@@ -22,7 +24,8 @@ add with float dtypes, batch_norm (scale, bias, mean, var, epsilon params), quan
 dequantize (attr ``scale_shift``: value = int8 * 2**-scale_shift).
 
 Partitioning sets ``attrs["target"]`` to ``"accel"`` or ``"cpu"``; layout packing inserts
-``layout_pack`` / ``layout_unpack`` nodes at the boundaries of accelerator segments.
+``layout_pack`` / ``layout_unpack`` nodes (attr ``layout``: the blocked layout, e.g.
+``NCHW1n8c``) at the boundaries of accelerator segments.
 """
 
 from __future__ import annotations

@@ -1,0 +1,70 @@
+"""Helpers shared by the graph passes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.graph.ir import Graph, GraphError, Node
+
+__all__ = ["PARAM_KEYS", "is_float_graph", "node_macs", "prune_params", "replace_uses",
+           "unique_name"]
+
+#: Node attributes that name params.
+PARAM_KEYS = ("weight", "bias", "scale", "mean", "var", "value")
+
+
+def unique_name(taken: object, base: str) -> str:
+    """``base``, or ``base.1``, ``base.2``... whichever is not in ``taken``."""
+    if base not in taken:  # type: ignore[operator]
+        return base
+    i = 1
+    while f"{base}.{i}" in taken:  # type: ignore[operator]
+        i += 1
+    return f"{base}.{i}"
+
+
+def replace_uses(graph: Graph, old: str, new: str, after: int = 0) -> None:
+    """Read ``new`` instead of ``old`` in every node from index ``after`` on, and in the graph
+    outputs (in place)."""
+    for n in graph.nodes[after:]:
+        n.inputs = [new if v == old else v for v in n.inputs]
+    graph.outputs = [new if v == old else v for v in graph.outputs]
+
+
+def prune_params(graph: Graph) -> None:
+    """Drop params that no node attribute names (in place)."""
+    used = {n.attrs[k] for n in graph.nodes for k in PARAM_KEYS if n.attrs.get(k) is not None}
+    graph.params = {k: v for k, v in graph.params.items() if k in used}
+
+
+def prune_values(graph: Graph) -> None:
+    """Drop value types that are neither graph inputs nor node outputs (in place)."""
+    live = set(graph.inputs) | {v for n in graph.nodes for v in n.outputs}
+    graph.values = {k: t for k, t in graph.values.items() if k in live}
+
+
+def is_float_graph(graph: Graph) -> bool:
+    """Does the graph still compute in floats (beyond quantize / dequantize at its edges)?"""
+    def is_float(v: str) -> bool:
+        return np.dtype(graph.values[v].dtype).kind == "f"
+
+    return any(n.op not in ("quantize", "dequantize") and any(map(is_float, n.inputs + n.outputs))
+               for n in graph.nodes)
+
+
+def node_macs(node: Node, graph: Graph) -> int:
+    """Multiply-accumulates of a conv2d or dense node (0 for other operators)."""
+    if node.op not in ("conv2d", "dense"):
+        return 0
+    w = graph.params[node.attrs["weight"]]
+    out = graph.values[node.outputs[0]]
+    per_output = int(np.prod(w.shape[1:]))
+    return out.size * per_output
+
+
+def require_targets(graph: Graph, pass_name: str) -> None:
+    """Raise unless ``partition`` has set every node's target."""
+    for n in graph.nodes:
+        if n.attrs.get("target") not in ("accel", "cpu"):
+            raise GraphError(f"{graph.name}: {pass_name} needs partition first: node {n.name} "
+                             f"({n.op}) has no target")

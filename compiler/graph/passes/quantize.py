@@ -1,0 +1,243 @@
+"""Quantisation of a float graph to int8 with power-of-two scales.
+
+Every value ``v`` gets a scale ``2**-s_v`` (``s_v`` = its ``scale_shift``): the real number
+``r`` is held as the int8 ``q = clip(rint(r * 2**s_v), -128, 127)``.
+
+Calibration: the float graph runs on the sample inputs; ``amax_v`` is the largest ``|r|`` seen
+and ``s_v = floor(log2(127 / amax_v))``, the finest power-of-two scale at which no calibration
+value clips. Weights get one scale per tensor the same way from ``max |w|``.
+
+Constraints between scales (solved by lowering scales, never raising them, so nothing that fit
+starts to clip):
+
+- ``relu``, pools and ``flatten`` do not rescale: input and output share one scale;
+- ``add`` sums integers, so its two inputs share one scale, and its output scale may only be
+  coarser (``s_out <= s_in``, ``shift = s_in - s_out``);
+- a value in several such groups takes the coarsest (smallest ``s``) of their calibrated scales.
+
+The shift of a conv2d / dense: the int32 accumulator holds ``r * 2**(s_in + s_w)``, so
+``shift = s_in + s_w - s_out``. A negative shift (output finer than the accumulator) cannot be
+done by a right shift, so the output scale is lowered to ``s_in + s_w`` instead; a shift above
+31 lowers ``s_w``. The float bias becomes ``rint(b * 2**(s_in + s_w))`` in int32, plus
+``2**(shift - 1)`` when ``shift > 0``: the accumulator's floor shift then rounds to nearest
+(half up) instead of always down. ``quantize`` nodes enter at the graph inputs and
+``dequantize`` nodes leave at the outputs, so the graph still takes and returns float32; the
+scales are reported in ``graph.attrs["quantization"]``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from compiler.graph.ir import Graph, GraphError, Node, TensorType
+from compiler.graph.ops import infer_types
+from compiler.graph.passes.common import is_float_graph, prune_params, replace_uses, unique_name
+from compiler.graph.reference import run_reference
+
+__all__ = ["Calibration", "quantize"]
+
+Calibration = Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]
+
+_FLOAT_OPS = ("conv2d", "dense", "add", "relu", "max_pool2d", "avg_pool2d", "global_avg_pool",
+              "flatten")
+_SAME_SCALE = ("relu", "max_pool2d", "avg_pool2d", "global_avg_pool", "flatten")
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _shift_for(amax: float) -> int:
+    """Finest power-of-two scale shift at which ``amax`` still fits 127."""
+    if not amax > 0 or not math.isfinite(amax):
+        return 0
+    return math.floor(math.log2(127.0 / amax))
+
+
+def _check_quantizable(graph: Graph) -> None:
+    for n in graph.nodes:
+        where = f"{graph.name}: node {n.name} ({n.op}) cannot be quantized"
+        if n.op == "batch_norm":
+            raise GraphError(f"{where}: a batch_norm that does not follow a conv2d or dense "
+                             "is not supported (run fold_batch_norm first)")
+        if n.op in ("quantize", "dequantize"):
+            raise GraphError(f"{where}: the graph is already quantized")
+        if n.op == "constant":
+            raise GraphError(f"{where}: constant operands are not supported (run "
+                             "fold_constants first; weights belong in params)")
+        if n.op not in _FLOAT_OPS:
+            raise GraphError(f"{where}: no quantization rule for {n.op!r}")
+
+
+def _calibrate(graph: Graph, calibration: Calibration) -> dict[str, float]:
+    """Largest |value| of every value over the calibration inputs."""
+    samples = [calibration] if isinstance(calibration, Mapping) else list(calibration)
+    if not samples:
+        raise GraphError(f"{graph.name}: quantize needs at least one calibration input")
+    amax: dict[str, float] = {}
+    for i, sample in enumerate(samples):
+        g = graph.copy()
+        arrays = {}
+        for v in graph.inputs:
+            if v not in sample:
+                raise GraphError(f"{graph.name}: calibration sample {i} has no array for "
+                                 f"input {v!r}")
+            x = np.asarray(sample[v], dtype=np.float32)
+            want = graph.values[v].shape
+            if x.ndim != len(want) or x.shape[1:] != want[1:]:
+                raise GraphError(f"{graph.name}: calibration sample {i}: input {v!r} must "
+                                 f"have shape (any, {', '.join(map(str, want[1:]))}), got "
+                                 f"{x.shape}")
+            g.values[v] = TensorType(x.shape, "float32", graph.values[v].layout)
+            arrays[v] = x
+        env = run_reference(infer_types(g), arrays, keep=True)
+        for v, x in env.items():
+            m = float(np.max(np.abs(x))) if x.size else 0.0
+            amax[v] = max(amax.get(v, 0.0), m)
+    return amax
+
+
+class _Groups:
+    """Union-find over value names; each group holds one scale shift."""
+
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, v: str) -> str:
+        self.parent.setdefault(v, v)
+        while self.parent[v] != v:
+            self.parent[v] = self.parent[self.parent[v]]
+            v = self.parent[v]
+        return v
+
+    def union(self, a: str, b: str) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def _weight_shift(w: np.ndarray) -> int:
+    return _shift_for(float(np.max(np.abs(w))) if w.size else 0.0)
+
+
+def _solve_scales(graph: Graph, amax: dict[str, float]) -> dict[str, int]:
+    """A scale shift per value meeting the constraints of the module docstring."""
+    groups = _Groups()
+    for v in amax:
+        groups.find(v)
+    for n in graph.nodes:
+        if n.op in _SAME_SCALE:
+            groups.union(n.inputs[0], n.outputs[0])
+        elif n.op == "add":
+            groups.union(n.inputs[0], n.inputs[1])
+    scale: dict[str, int] = {}
+    for v, m in amax.items():
+        root = groups.find(v)
+        scale[root] = min(scale.get(root, 127), _shift_for(m))
+    for _ in range(len(graph.nodes) + 1):
+        changed = False
+        for n in graph.nodes:
+            out = groups.find(n.outputs[0])
+            s_in = scale[groups.find(n.inputs[0])]
+            if n.op == "add":
+                limit = s_in
+            elif n.op in ("conv2d", "dense"):
+                limit = s_in + _weight_shift(graph.params[n.attrs["weight"]])
+            else:
+                continue
+            if scale[out] > limit:
+                scale[out] = limit
+                changed = True
+        if not changed:
+            break
+    return {v: scale[groups.find(v)] for v in amax}
+
+
+def _quantize_layer(g: Graph, n: Node, s_in: int, s_out: int) -> None:
+    """Turn float conv2d / dense ``n`` into its int8 form (in place)."""
+    w = g.params[n.attrs["weight"]].astype(np.float64)
+    s_w = _weight_shift(w)
+    shift = s_in + s_w - s_out
+    if shift > 31:
+        s_w -= shift - 31
+        shift = 31
+    assert shift >= 0, "scales were solved so that shifts are non-negative"
+    g.params[n.attrs["weight"]] = np.clip(np.rint(w * 2.0**s_w), -127, 127).astype(np.int8)
+    old_bias = n.attrs.get("bias")
+    b = np.zeros(w.shape[0]) if old_bias is None else g.params[old_bias].astype(np.float64)
+    qb = np.rint(b * 2.0 ** (s_in + s_w)) + (2 ** (shift - 1) if shift > 0 else 0)
+    b_name = old_bias if old_bias is not None else unique_name(g.params, f"{n.name}.bias")
+    g.params[b_name] = np.clip(qb, *_INT32).astype(np.int32)
+    attrs = {"weight": n.attrs["weight"], "bias": b_name}
+    if n.op == "conv2d":
+        attrs["stride"] = n.attrs.get("stride", (1, 1))
+        attrs["padding"] = n.attrs.get("padding", (0, 0))
+    attrs["shift"] = shift
+    attrs["relu"] = bool(n.attrs.get("relu", False))
+    n.attrs = {**attrs, **{k: v for k, v in n.attrs.items() if k not in attrs}}
+
+
+def quantize(graph: Graph, calibration: Calibration) -> Graph:
+    """Quantize a float graph to int8 with power-of-two scales (see the module docstring).
+
+    Parameters
+    ----------
+    graph
+        A typed float graph of conv2d, dense, add, relu, pools and flatten (batch norms folded,
+        constants folded); not modified. An integer graph is returned as a copy.
+    calibration
+        Sample inputs: one mapping from input name to float array, or a sequence of them. The
+        batch size may differ from the graph's; the other dimensions must match.
+
+    Returns
+    -------
+    Graph
+        An int8 graph with a ``quantize`` node per input (``<x>.q``), a ``dequantize`` node per
+        output (the integer value is renamed ``<y>.q``), and ``attrs["quantization"]`` =
+        ``{"scale_shift": {value: s}}`` (value = int8 * 2**-s).
+
+    Raises
+    ------
+    GraphError
+        An operator without a quantization rule (a batch norm that could not be folded, a
+        constant operand, an already quantized graph), or calibration inputs that are missing
+        or of the wrong shape.
+    """
+    if not is_float_graph(graph):
+        return graph.copy()
+    _check_quantizable(graph)
+    scales = _solve_scales(graph, _calibrate(graph, calibration))
+    g = graph.copy()
+    for n in g.nodes:
+        if n.op in ("conv2d", "dense"):
+            _quantize_layer(g, n, scales[n.inputs[0]], scales[n.outputs[0]])
+        elif n.op == "add":
+            s_in, s_out = scales[n.inputs[0]], scales[n.outputs[0]]
+            n.attrs = {"shift": s_in - s_out, "relu": bool(n.attrs.get("relu", False)),
+                       **{k: v for k, v in n.attrs.items() if k not in ("shift", "relu")}}
+    final = dict(scales)
+    entry: list[Node] = []
+    for x in g.inputs:
+        q = unique_name(g.values, f"{x}.q")
+        replace_uses(g, x, q)
+        entry.append(Node(f"{x}.quantize", "quantize", [x], [q], {"scale_shift": scales[x]}))
+        final[q] = scales[x]
+    exits: list[Node] = []
+    for y in list(dict.fromkeys(g.outputs)):
+        q = unique_name(g.values, f"{y}.q")
+        producer = g.producer(y)
+        if producer is None:
+            raise GraphError(f"{g.name}: output {y!r} is a graph input; nothing to quantize")
+        producer.outputs = [q if v == y else v for v in producer.outputs]
+        for n in g.nodes:
+            n.inputs = [q if v == y else v for v in n.inputs]
+        exits.append(Node(f"{y}.dequantize", "dequantize", [q], [y],
+                          {"scale_shift": scales[y]}))
+        final[q] = scales[y]
+    g.nodes = entry + g.nodes + exits
+    for v, t in list(g.values.items()):
+        if v not in g.inputs:
+            g.values[v] = TensorType(t.shape, "int8", t.layout)
+    prune_params(g)
+    g = infer_types(g)
+    g.attrs["quantization"] = {"scale_shift": {
+        v: int(final[v]) for v, t in g.values.items() if v in final and t.dtype == "int8"}}
+    return g

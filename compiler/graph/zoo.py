@@ -1,0 +1,210 @@
+"""Built-in model zoo: ResNet v1 (18, 34, 50) as integer graphs with seeded weights.
+
+The graphs are integer from the start: int8 activations and weights, int32 biases, and a
+per-layer ``shift`` calibrated while building, so that activations neither vanish nor saturate
+on any input size:
+
+1. weights are drawn from ``N(0, 32**2)``, rounded and clipped to [-127, 127], in a fixed order
+   from ``numpy.random.default_rng([seed, 0])``, so the same seed gives the same weights whatever
+   the batch or image size;
+2. one calibration image of the requested size, uniform int8 from
+   ``default_rng([seed, 1])``, runs through the layers built so far (exact integer arithmetic,
+   :mod:`compiler.graph.reference`);
+3. each layer's int32 bias is a seeded ``N(0, (0.1 * std(acc))**2)`` draw, and its shift is the
+   smallest in 0..31 with ``p99.9(|acc + bias|) >> shift <= 127`` (after ReLU where the layer
+   has one), which puts that percentile in 64..127: at most 0.1 % of the calibration values
+   clip, and the bulk of them spans several bits;
+4. residual adds and the classifier get their shifts the same way.
+
+Structure (ResNet v1, He et al. 2015): 7x7/2 conv + 3x3/2 max-pool stem; basic blocks
+(3x3, 3x3) for 18 and 34, bottlenecks (1x1, 3x3, 1x1, expansion 4) for 50 with the stride on the
+first 1x1 conv as in v1; a 1x1 strided downsample conv when the shape changes; residual add with
+ReLU; global average pool, flatten, dense. Each conv carries its bias, shift and ReLU (the
+integer graph is born fused); the residual ``add`` carries ``relu=True``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.graph.ir import Graph, GraphError, Node, TensorType
+from compiler.graph.ops import infer_types
+from compiler.graph.reference import conv2d_acc, dense_acc, requantize
+
+__all__ = ["ZOO", "load_zoo", "resnet"]
+
+#: Blocks per stage and block kind of each depth.
+_DEPTHS: dict[int, tuple[tuple[int, int, int, int], bool]] = {
+    18: ((2, 2, 2, 2), False),
+    34: ((3, 4, 6, 3), False),
+    50: ((3, 4, 6, 3), True),
+}
+
+#: Zoo model names.
+ZOO = ("resnet18", "resnet34", "resnet50")
+
+_WEIGHT_STD = 32.0
+_BIAS_FRACTION = 0.1
+_PERCENTILE = 99.9
+
+
+def _pick_shift(acc: np.ndarray, relu: bool) -> int:
+    """Smallest shift in 0..31 that brings the 99.9th percentile of |acc| (after ReLU) to 127
+    or below."""
+    vals = np.maximum(acc, 0) if relu else np.abs(acc)
+    p = float(np.percentile(vals, _PERCENTILE))
+    shift = 0
+    while shift < 31 and p / 2.0**shift >= 128.0:
+        shift += 1
+    return shift
+
+
+class _Builder:
+    """Appends nodes to a graph while running the calibration image through them."""
+
+    def __init__(self, name: str, seed: int, batch: int, image_size: int) -> None:
+        self.rng = np.random.default_rng([seed, 0])
+        sample = np.random.default_rng([seed, 1]).integers(
+            -128, 128, size=(1, 3, image_size, image_size))
+        self.act: dict[str, np.ndarray] = {"data": sample.astype(np.int8)}
+        self.graph = Graph(name, ["data"], [], {
+            "data": TensorType((batch, 3, image_size, image_size), "int8")}, [])
+
+    def _weights(self, shape: tuple[int, ...]) -> np.ndarray:
+        w = np.rint(self.rng.standard_normal(shape, dtype=np.float32) * _WEIGHT_STD)
+        return np.clip(w, -127, 127).astype(np.int8)
+
+    def _bias(self, acc: np.ndarray, channels: int) -> np.ndarray:
+        draw = self.rng.standard_normal(channels)
+        return np.rint(draw * _BIAS_FRACTION * max(float(acc.std()), 1.0)).astype(np.int32)
+
+    def _add_node(self, node: Node, out: np.ndarray) -> str:
+        self.graph.nodes.append(node)
+        self.act[node.outputs[0]] = out
+        return node.outputs[0]
+
+    def conv(self, name: str, x: str, out_channels: int, kernel: int, stride: int,
+             relu: bool) -> str:
+        xa = self.act[x]
+        w = self._weights((out_channels, xa.shape[1], kernel, kernel))
+        pad = kernel // 2
+        acc = conv2d_acc(xa, w, stride, pad)
+        bias = self._bias(acc, out_channels)
+        shifted = acc + bias.astype(np.int64)[None, :, None, None]
+        shift = _pick_shift(shifted, relu)
+        self.graph.params[f"{name}.weight"] = w
+        self.graph.params[f"{name}.bias"] = bias
+        node = Node(name, "conv2d", [x], [name], {
+            "weight": f"{name}.weight", "bias": f"{name}.bias", "stride": (stride, stride),
+            "padding": (pad, pad), "shift": shift, "relu": relu})
+        return self._add_node(node, requantize(acc, bias, shift, relu))
+
+    def add(self, name: str, a: str, b: str) -> str:
+        acc = self.act[a].astype(np.int64) + self.act[b].astype(np.int64)
+        shift = _pick_shift(acc, True)
+        node = Node(name, "add", [a, b], [name], {"shift": shift, "relu": True})
+        return self._add_node(node, requantize(acc, None, shift, True))
+
+    def max_pool(self, name: str, x: str) -> str:
+        xa = self.act[x]
+        padded = np.pad(xa, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-128)
+        win = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+        oh, ow = (xa.shape[2] - 1) // 2 + 1, (xa.shape[3] - 1) // 2 + 1
+        out = win[:, :, ::2, ::2][:, :, :oh, :ow].max(axis=(4, 5))
+        node = Node(name, "max_pool2d", [x], [name], {"kernel": (3, 3), "stride": (2, 2),
+                                                       "padding": (1, 1)})
+        return self._add_node(node, out)
+
+    def head(self, x: str, num_classes: int) -> str:
+        xa = self.act[x]
+        pooled = (xa.sum(axis=(2, 3), keepdims=True, dtype=np.int64)
+                  // (xa.shape[2] * xa.shape[3])).astype(np.int8)
+        pool = self._add_node(Node("avgpool", "global_avg_pool", [x], ["avgpool"]), pooled)
+        flat = self._add_node(Node("flatten", "flatten", [pool], ["flatten"]),
+                              pooled.reshape(pooled.shape[0], -1))
+        w = self._weights((num_classes, xa.shape[1]))
+        acc = dense_acc(self.act[flat], w)
+        bias = self._bias(acc, num_classes)
+        shift = _pick_shift(acc + bias.astype(np.int64)[None, :], False)
+        self.graph.params["fc.weight"] = w
+        self.graph.params["fc.bias"] = bias
+        node = Node("fc", "dense", [flat], ["fc"], {
+            "weight": "fc.weight", "bias": "fc.bias", "shift": shift, "relu": False})
+        return self._add_node(node, requantize(acc, bias, shift, False))
+
+
+def resnet(depth: int, batch: int = 1, image_size: int = 224, num_classes: int = 1000,
+           seed: int = 0) -> Graph:
+    """ResNet v1 of ``depth`` 18, 34 or 50 as an integer graph with seeded weights.
+
+    Parameters
+    ----------
+    depth
+        18 or 34 (basic blocks) or 50 (bottleneck blocks).
+    batch
+        Images per run (N of the ``data`` input, int8 ``(N, 3, S, S)``).
+    image_size
+        Height and width S of the input, >= 1; the global average pool makes any size work.
+    num_classes
+        Outputs of the classifier (``fc``, int8 ``(N, num_classes)``).
+    seed
+        Seeds the weights, biases and the calibration image (same seed, same params).
+
+    Returns
+    -------
+    Graph
+        Typed and verified; nodes named like torchvision's modules (``conv1``,
+        ``layer1.0.conv2``, ``layer2.0.downsample``, ``fc``).
+
+    Raises
+    ------
+    GraphError
+        Unsupported depth, or batch / image size / classes below 1.
+    """
+    if depth not in _DEPTHS:
+        raise GraphError(f"unsupported ResNet depth {depth}; expected one of 18, 34, 50")
+    for what, v in (("batch", batch), ("image_size", image_size), ("num_classes", num_classes)):
+        if not isinstance(v, int | np.integer) or v < 1:
+            raise GraphError(f"resnet{depth}: {what} must be an int >= 1, got {v!r}")
+    blocks, bottleneck = _DEPTHS[depth]
+    b = _Builder(f"resnet{depth}", seed, batch, image_size)
+    x = b.conv("conv1", "data", 64, 7, 2, relu=True)
+    x = b.max_pool("maxpool", x)
+    channels = 64
+    for stage, count in enumerate(blocks):
+        width = 64 * 2**stage
+        for i in range(count):
+            stride = 2 if stage > 0 and i == 0 else 1
+            p = f"layer{stage + 1}.{i}"
+            if bottleneck:
+                y = b.conv(f"{p}.conv1", x, width, 1, stride, relu=True)
+                y = b.conv(f"{p}.conv2", y, width, 3, 1, relu=True)
+                y = b.conv(f"{p}.conv3", y, width * 4, 1, 1, relu=False)
+                out_channels = width * 4
+            else:
+                y = b.conv(f"{p}.conv1", x, width, 3, stride, relu=True)
+                y = b.conv(f"{p}.conv2", y, width, 3, 1, relu=False)
+                out_channels = width
+            shortcut = x
+            if stride != 1 or channels != out_channels:
+                shortcut = b.conv(f"{p}.downsample", x, out_channels, 1, stride, relu=False)
+            x = b.add(f"{p}.add", y, shortcut)
+            channels = out_channels
+    out = b.head(x, num_classes)
+    b.graph.outputs = [out]
+    g = infer_types(b.graph)
+    g.verify()
+    return g
+
+
+def load_zoo(name: str, batch: int = 1, image_size: int = 224) -> Graph:
+    """A zoo model by name: ``resnet18``, ``resnet34`` or ``resnet50`` (seed 0, 1000 classes).
+
+    Raises
+    ------
+    GraphError
+        Unknown name (one line listing the known ones).
+    """
+    if name not in ZOO:
+        raise GraphError(f"unknown model {name!r}; expected one of {', '.join(ZOO)}")
+    return resnet(int(name[len("resnet"):]), batch=batch, image_size=image_size)
