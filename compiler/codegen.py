@@ -39,8 +39,8 @@ from accel.isa import (
 )
 from accel.program import Program, Region
 from compiler.errors import LoweringError
-from compiler.passes.uops import UopKernel, kernel_uops, uop_refs
-from compiler.te import Expr, Var
+from compiler.passes.uops import UopKernel, hw_factors, kernel_uops, uop_refs
+from compiler.te import Expr, Var, walk
 from compiler.tir import (
     Allocate,
     Alu,
@@ -81,6 +81,8 @@ class _Emitter:
         self.kernel_table: dict[UopKernel, int] = {}
         self.zero_tiles: dict[MemType, int] = {}
         self.zero_base: dict[MemType, int] = {}
+        self._outer_vars: dict[int, list[Var]] = {}
+        self._kernels: dict[tuple[int, tuple[int, ...]], tuple[UopKernel, list[list[int]]]] = {}
         for buf in func.params:
             tile = _dtype_bytes(buf.dtype) * buf.tile_shape[0] * buf.tile_shape[1]
             self.dram.alloc(buf.name, int(np.prod(buf.shape)) * _dtype_bytes(buf.dtype),
@@ -187,23 +189,18 @@ class _Emitter:
         return self.zero_base[mem]
 
     def uop_loop(self, s: UopLoop, env: dict[Var, int]) -> None:
-        kernel = kernel_uops(s, env)
+        outer = self._outer_vars.get(id(s))
+        if outer is None:
+            outer = self._outer_vars[id(s)] = _outer_vars(s)
+        key = (id(s), tuple(env[v] for v in outer))
+        cached = self._kernels.get(key)
+        if cached is None:
+            cached = self._kernels[key] = (kernel_uops(s, env), hw_factors(s))
+        kernel, factors = cached
         bgn = self.place_kernel(kernel)
-        factors = {}
-        probe = dict(env)
-        for slot, (var, _) in zip(("out", "in"), s.hw_loops, strict=False):
-            for v, _ in s.hw_loops:
-                probe[v] = 0
-            for v, _ in s.kernel_loops:
-                probe[v] = 0
-            refs = uop_refs(s.op)
-            base = [evaluate_expr(r.index, probe) if r is not None else 0 for r in refs]
-            probe[var] = 1
-            moved = [evaluate_expr(r.index, probe) if r is not None else 0 for r in refs]
-            factors[slot] = [m - b for m, b in zip(moved, base, strict=True)]
         iters = [n for _, n in s.hw_loops] + [1] * (2 - len(s.hw_loops))
-        fo = factors.get("out", [0, 0, 0])
-        fi = factors.get("in", [0, 0, 0])
+        fo = factors[0] if len(factors) > 0 else [0, 0, 0]
+        fi = factors[1] if len(factors) > 1 else [0, 0, 0]
         common: dict[str, Any] = dict(
             uop_bgn=bgn, uop_end=bgn + len(kernel.uops), iter_out=iters[0], iter_in=iters[1],
             dst_factor_out=fo[0], dst_factor_in=fi[0],
@@ -279,6 +276,19 @@ class _Emitter:
         if isinstance(insn, MemInsn) and insn.mem_type is MemType.UOP and insn.dram_base < 0:
             return dataclasses.replace(insn, dram_base=base + (-1 - insn.dram_base))
         return insn
+
+
+def _outer_vars(s: UopLoop) -> list[Var]:
+    """Variables of enclosing loops that the micro-op indices use (they key the kernel)."""
+    own = {v for v, _ in s.hw_loops + s.kernel_loops}
+    found: list[Var] = []
+    for ref in uop_refs(s.op):
+        if ref is None:
+            continue
+        for node in walk(ref.index):
+            if isinstance(node, Var) and node not in own and node not in found:
+                found.append(node)
+    return found
 
 
 def codegen(func: PrimFunc, cfg: HwConfig) -> Program:

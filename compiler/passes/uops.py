@@ -22,6 +22,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+import numpy as np
+
 from accel.config import HwConfig
 from compiler.arith import NotAffine, to_affine
 from compiler.te import Var, walk
@@ -136,21 +138,41 @@ def kernel_uops(loop: UopLoop, env: dict[Var, int] | None = None) -> UopKernel:
     env = dict(env or {})
     for v, _ in loop.hw_loops:
         env[v] = 0
-    dst, src, wgt = uop_refs(loop.op)
-    ranges = [range(n) for _, n in loop.kernel_loops]
     names = [v for v, _ in loop.kernel_loops]
+    shape = tuple(n for _, n in loop.kernel_loops)
+    grids = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), np.int64)
+    columns = []
+    for ref in uop_refs(loop.op):
+        if ref is None:
+            columns.append(np.zeros(grids.shape[1], dtype=np.int64))
+            continue
+        base = ref.buffer.base or 0
+        try:
+            form = to_affine(ref.index)
+        except NotAffine:
+            points = [dict(env, **dict(zip(names, p, strict=True))) for p in grids.T.tolist()]
+            columns.append(np.array([base + evaluate_expr(ref.index, e) for e in points]))
+            continue
+        outer = form.const + sum(c * env[v] for v, c in form.coeffs.items() if v not in names)
+        col = np.full(grids.shape[1], base + outer, dtype=np.int64)
+        for k, v in enumerate(names):
+            col += form.coeff(v) * grids[k]
+        columns.append(col)
+    return UopKernel(tuple(map(tuple, np.stack(columns, axis=1).tolist())))
+
+
+def hw_factors(loop: UopLoop) -> list[list[int]]:
+    """Per hardware loop (outer first), how far (dst, src, wgt) move per iteration."""
     out = []
-    for point in itertools.product(*ranges):
-        env.update(zip(names, point, strict=True))
+    for var, _ in loop.hw_loops:
         row = []
-        for ref in (dst, src, wgt):
-            if ref is None:
-                row.append(0)
-            else:
-                base = ref.buffer.base or 0
-                row.append(base + evaluate_expr(ref.index, env))
-        out.append((row[0], row[1], row[2]))
-    return UopKernel(tuple(out))
+        for ref in uop_refs(loop.op):
+            f = _factor(ref, var)
+            if f is None:
+                raise ValueError(f"hardware loop {var.name} moves {ref!r} non-affinely")
+            row.append(f)
+        out.append(row)
+    return out
 
 
 def _static(loop: UopLoop) -> bool:
