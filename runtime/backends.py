@@ -83,10 +83,31 @@ def _run_fsim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple
     return FunctionalSimulator(cfg).run(program, dram), None
 
 
+_TIMING_CACHE: dict[tuple[HwConfig, bytes, bool], Any] = {}
+_TIMING_CACHE_SIZE = 256
+
+
 def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[Any, int]:
+    """Functional + timing simulation.
+
+    The timing model's cycles do not depend on data, so a program already simulated (same
+    instructions, micro-ops and layout on the same config: a network's repeated layers) reuses
+    its timing, and only the functional simulator runs, for the DRAM results.
+    """
+    import hashlib
+
+    from sim.functional import FunctionalSimulator
     from sim.timing import TimingSimulator
 
+    key = (cfg, hashlib.sha256(program.to_bytes()).digest(), trace)
+    cached = _TIMING_CACHE.get(key)
+    if cached is not None:
+        FunctionalSimulator(cfg).run(program, dram)
+        return cached, cached.cycles
     stats = TimingSimulator(cfg, trace=trace).run(program, dram)
+    if len(_TIMING_CACHE) >= _TIMING_CACHE_SIZE:
+        _TIMING_CACHE.clear()
+    _TIMING_CACHE[key] = stats
     return stats, stats.cycles
 
 

@@ -348,7 +348,8 @@ class FunctionalSimulator:
             if not insn.reset:
                 self._check_range(insn, index, "inp", src, cfg.inp_depth)
                 self._check_range(insn, index, "wgt", indices[2], cfg.wgt_depth)
-            plan = _LoopPlan(dst, src, indices[2], *_group_by_index(dst))
+            plan = _LoopPlan(dst, src, indices[2], *_group_by_index(dst),
+                             blocks=_gemm_blocks(dst, src, indices[2]))
         else:
             self._check_range(insn, index, "acc dst", dst, cfg.acc_depth)
             if not insn.use_imm:
@@ -372,6 +373,9 @@ class FunctionalSimulator:
             return
         self.stats.gemm_uops += dst.size  # as VTA's fsim: reset micro-ops are not counted
         ftype = np.float32 if self._exact_f32 else np.float64
+        if plan.blocks is not None:
+            self._gemm_blocks(plan)
+            return
         a = sram.inp[plan.src].astype(ftype)                      # (n, batch, block_in)
         w = sram.wgt[plan.wgt].astype(ftype).transpose(0, 2, 1)   # (n, block_in, block_out)
         prod = np.matmul(a, w).astype(np.int64)                   # exact: |sum| < 2**24
@@ -384,6 +388,26 @@ class FunctionalSimulator:
         result = _wrap32(sram.acc[targets].astype(np.int64) + sums)
         sram.acc[targets] = result
         sram.out[targets] = result.astype(np.int8)
+
+    def _gemm_blocks(self, plan: _LoopPlan) -> None:
+        """The block form of :func:`_gemm_blocks`: one product per weight sequence. A row sums
+        ``m * block_in`` products of at most 2**14: exact in float32 up to 1024 of them, else
+        computed in float64 (exact below 2**53)."""
+        cfg, sram = self.cfg, self.sram
+        assert plan.blocks is not None
+        b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
+        for dests, srcs, wseq in plan.blocks:
+            m = len(wseq)
+            ftype = np.float32 if m * bi <= 1024 else np.float64
+            a = sram.inp[srcs].astype(ftype)                  # (r, m, b, bi)
+            a = a.transpose(0, 2, 1, 3).reshape(-1, m * bi)   # (r * b, m * bi)
+            w = sram.wgt[wseq].astype(ftype)                  # (m, bo, bi)
+            w = w.transpose(0, 2, 1).reshape(m * bi, bo)      # (m * bi, bo)
+            part = (a @ w).reshape(len(dests), b, bo).astype(np.int64)
+            result = _wrap32(sram.acc[dests].astype(np.int64) + part)
+            sram.acc[dests] = result
+            sram.out[dests] = result.astype(np.int8)
+        self.stats.macs += plan.dst.size * b * bi * bo
 
     def _alu(self, insn: AluInsn, index: int) -> None:
         sram = self.sram
@@ -417,6 +441,10 @@ class _LoopPlan:
     starts: np.ndarray | None     # GEMM: group starts within the sorted order
     targets: np.ndarray | None    # GEMM: the distinct dst of each group
     vectorisable: bool = True     # ALU: all micro-ops at once equals one at a time
+    blocks: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...] | None = None
+    """GEMM as a few large products: (destinations, their sources (rows x m), the m weight tiles
+    every one of those destinations accumulates, in order), when the micro-ops have that
+    regular structure (a convolution's do)."""
 
 
 def _group_by_index(
@@ -431,6 +459,39 @@ def _group_by_index(
     if len(starts) == len(idx):
         return None, None, None
     return order, starts, sorted_idx[starts]
+
+
+_MAX_BLOCKS = 64
+"""More distinct weight sequences than this and the per-micro-op product is faster."""
+
+
+def _gemm_blocks(
+    dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...] | None:
+    """Rewrite a GEMM's micro-ops as a few large matrix products.
+
+    ``acc[d] += sum_k inp[src_k] . wgt[w_k]^T`` over the micro-ops of destination ``d`` is one
+    row of ``concat_k(inp[src_k]) @ concat_k(wgt[w_k])^T``; destinations that accumulate the
+    same weight tiles in the same order share the right-hand matrix, so each such set is one
+    BLAS product with a reduction of ``m * block_in`` instead of ``block_in``.
+    """
+    if dst.size < 2 * _MAX_BLOCKS:
+        return None
+    order = np.lexsort((wgt, dst))
+    d, s, w = dst[order], src[order], wgt[order]
+    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+    counts = np.diff(np.r_[starts, d.size])
+    if not np.all(counts == counts[0]):
+        return None
+    m = int(counts[0])
+    dests = d[starts]
+    srcs = s.reshape(-1, m)
+    wseq = w.reshape(-1, m)
+    seqs, which = np.unique(wseq, axis=0, return_inverse=True)
+    if len(seqs) > _MAX_BLOCKS:
+        return None
+    which = which.reshape(-1)
+    return tuple((dests[which == g], srcs[which == g], seqs[g]) for g in range(len(seqs)))
 
 
 def _alu_vectorisable(dst: np.ndarray, src: np.ndarray, use_imm: bool, depth: int) -> bool:

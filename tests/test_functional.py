@@ -893,3 +893,37 @@ def test_gemm_loops_match_einsum_model(
     assert result.stats.gemm_uops == len(kernel) * iters[0] * iters[1]
 
 
+
+
+# --------------------------------------------------------------------------- block GEMM path
+def test_block_gemm_path_equals_per_micro_op_path(tiny: HwConfig, rng: np.random.Generator,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large regular GEMMs run as a few big products; they must equal the per-uop path."""
+    import sim.functional as functional
+
+    b = ProgramBuilder(tiny)
+    inp = _tiles_for(MemType.INP, rng, tiny, 200, nonzero=False)
+    wgt = _tiles_for(MemType.WGT, rng, tiny, 12, nonzero=False)
+    ia, wa = b.tensor("inp", inp), b.tensor("wgt", wgt)
+    oa = out_buffer(b, "out", 64)
+    # A 3-tap "convolution": 64 outputs x 3 taps x 4 weight sets, with repeats of the same
+    # destination across hardware iterations (accumulation).
+    k = b.uops([(o, o + t, t) for t in range(3) for o in range(8)])
+    b.load(MemType.UOP, dram_base=b.uop_base + k[0], x_size=k[1] - k[0], x_stride=k[1] - k[0])
+    b.load(MemType.INP, dram_base=ia, x_size=200, x_stride=200)
+    b.load(MemType.WGT, dram_base=wa, x_size=12, x_stride=12, push_next=True)
+    b.gemm(reset=True, uop_bgn=k[0], uop_end=k[1], iter_out=8, dst_factor_out=8, pop_prev=True)
+    b.gemm(uop_bgn=k[0], uop_end=k[1], iter_out=8, iter_in=4, dst_factor_out=8,
+           src_factor_out=8, src_factor_in=50, wgt_factor_in=3, push_next=True)
+    finish_with_store(b, 0, oa, 64)
+    program, dram = b.build()
+    results = []
+    for limit in (64, 0):  # 0 disables the block path
+        monkeypatch.setattr(functional, "_MAX_BLOCKS", limit)
+        image = dram.copy()
+        sim = functional.FunctionalSimulator(tiny)
+        sim.run(program, image)
+        results.append((image.data.copy(), sim.sram.acc.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+    assert np.count_nonzero(results[0][1]) > 0
