@@ -341,13 +341,29 @@ def test_fold_uop_loops_takes_the_two_largest_loops_as_hardware_loops(tiny: HwCo
     body = Allocate(acc, Allocate(inp, Allocate(wgt, nest([(k, 3), (y, 2), (x, 4)], gemm))))
     after = fold_uop_loops(func(body), tiny)
     loop = next(s for s in stmts(after.body) if isinstance(s, UopLoop))
-    # x (4) and k (3) are the largest, but a kernel of y alone would repeat a destination
-    # every 2 micro-ops, inside the 4-deep GEMM pipeline; so x stays in the kernel.
-    assert [(v.name, n) for v, n in loop.hw_loops] == [("k", 3), ("y", 2)]
-    assert [(v.name, n) for v, n in loop.kernel_loops] == [("x", 4)]
-    assert kernel_uops(loop).uops == ((0, 0, 0), (1, 1, 0), (2, 2, 0), (3, 3, 0))
+    # x (4) and k (3) are the largest; in execution order (k, x, then the kernel y) the
+    # destinations run 0 4 1 5 2 6 3 7 and repeat only 8 micro-ops later: no accumulator is
+    # written twice within the 4-deep GEMM pipeline.
+    assert [(v.name, n) for v, n in loop.hw_loops] == [("k", 3), ("x", 4)]
+    assert [(v.name, n) for v, n in loop.kernel_loops] == [("y", 2)]
+    assert kernel_uops(loop).uops == ((0, 0, 0), (4, 4, 0))
     planned = cache_uop_kernels(after, tiny)
-    assert planned.attrs["uop_total"] == 4
+    assert planned.attrs["uop_total"] == 2
+
+
+def test_fold_uop_loops_avoids_pipeline_hazards(tiny: HwConfig) -> None:
+    """Taking both big loops as hardware loops would leave a 1-uop kernel whose inner
+    hardware loop (a reduction) rewrites the same accumulator every cycle."""
+    acc = Buffer("acc", "acc", (8, 1, 4), "int32", base=0)
+    inp = Buffer("inp", "inp", (80, 1, 4), "int8", base=0)
+    wgt = Buffer("wgt", "wgt", (9, 4, 4), "int8", base=0)
+    y, k = Var("y"), Var("k")
+    gemm = Gemm(TileRef(acc, y), TileRef(inp, BinOp("+", y, k)), TileRef(wgt, k))
+    after = fold_uop_loops(func(Allocate(acc, Allocate(inp, Allocate(wgt, nest(
+        [(y, 8), (k, 9)], gemm))))), tiny)
+    loop = next(s for s in stmts(after.body) if isinstance(s, UopLoop))
+    assert [(v.name, n) for v, n in loop.hw_loops] == [("k", 9)]
+    assert [(v.name, n) for v, n in loop.kernel_loops] == [("y", 8)]
 
 
 def test_cache_uop_kernels_shares_identical_kernels(tiny: HwConfig) -> None:

@@ -92,6 +92,12 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
         No knob setting fits the config's buffers (for example a kernel window wider than the
         inp buffer).
     """
+    pad_limit = (1 << cfg.isa.pad_bits) - 1
+    if max(wl.pad_h, wl.pad_w) > pad_limit:
+        raise LoweringError(
+            f"conv2d {wl.signature()}: padding ({wl.pad_h}, {wl.pad_w}) exceeds the "
+            f"{pad_limit} that the {cfg.isa.pad_bits}-bit pad fields of {cfg.name} hold"
+        )
     cands = knob_candidates(wl, cfg)
     if not cands:
         raise LoweringError(

@@ -95,28 +95,48 @@ def _choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
     chain = list(loop.kernel_loops)
     refs = uop_refs(loop.op)
     affine = [(v, n) for v, n in chain if all(_factor(r, v) is not None for r in refs)]
+    dst = refs[0]
 
-    def dst_extent(loops: list[tuple[Var, int]]) -> int:
-        return _size([item for item in loops if _factor(refs[0], item[0]) != 0])
+    def arrange(hw: tuple[tuple[Var, int], ...]) -> tuple[list, list, list]:
+        kernel = [item for item in chain if item not in hw]
+        peeled: list[tuple[Var, int]] = []
+        while kernel and _size(kernel) > budget:
+            peeled.append(kernel.pop(0))
+        moves = [item for item in kernel if _factor(dst, item[0]) != 0]
+        kernel = [item for item in kernel if item not in moves] + moves
+        return sorted(hw, key=chain.index), kernel, peeled
 
-    def score(hw: tuple[tuple[Var, int], ...]) -> tuple[bool, int]:
-        rest = [item for item in chain if item not in hw]
-        # Consecutive micro-ops must not write an accumulator still in the pipeline.
-        return dst_extent(rest) >= min(window, dst_extent(chain)), _size(list(hw))
+    def score(hw: tuple[tuple[Var, int], ...]) -> tuple[bool, bool, int]:
+        order, kernel, peeled = arrange(hw)
+        safe = not _hazard(dst, order, kernel, window)
+        return safe, not peeled, _size(list(hw))
 
     choices = [c for r in (2, 1, 0) for c in itertools.combinations(affine, r)]
-    hw = sorted(max(choices, key=score), key=chain.index)
-    kernel = [item for item in chain if item not in hw]
-    peeled: list[tuple[Var, int]] = []
-    while kernel and _size(kernel) > budget:
-        peeled.append(kernel.pop(0))
-    dst = refs[0]
-    moves_dst = [item for item in kernel if _factor(dst, item[0]) != 0]
-    kernel = [item for item in kernel if item not in moves_dst] + moves_dst
+    hw, kernel, peeled = arrange(max(choices, key=score))
     node: Stmt = UopLoop(loop.op, hw, kernel)
     for v, n in reversed(peeled):
         node = For(v, n, node)
     return node
+
+
+def _hazard(dst: TileRef, hw: list[tuple[Var, int]], kernel: list[tuple[Var, int]],
+            window: int) -> bool:
+    """Would two micro-ops less than ``window`` apart in execution order (hardware loops
+    outside the kernel) write the same accumulator?"""
+    loops = hw + kernel
+    coeffs = [_factor(dst, v) or 0 for v, _ in loops]
+    extents = [n for _, n in loops]
+    if hw:
+        # The sequence repeats its pattern: two outer iterations show every distance.
+        extents[0] = min(extents[0], 2)
+    size = _size([(None, n) for n in extents])  # type: ignore[misc]
+    if size > 1 << 18:
+        return False
+    seq = np.zeros(size, dtype=np.int64)
+    for k, (c, n) in enumerate(zip(coeffs, extents, strict=True)):
+        inner = _size([(None, m) for m in extents[k + 1 :]])  # type: ignore[misc]
+        seq += c * ((np.arange(size) // inner) % n)
+    return any(np.any(seq[d:] == seq[:-d]) for d in range(1, min(window, size)))
 
 
 def _size(loops: list[tuple[Var, int]]) -> int:
