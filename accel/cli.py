@@ -114,8 +114,9 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_report(report: Any, out: Any = sys.stdout) -> None:
+def print_report(report: Any, out: Any = None) -> None:
     """The per-layer table and the totals."""
+    out = out or sys.stdout
     header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
               f"{'ms':>8} {'util':>5} {'DRAM KB':>8}  largest stall")
     print(header, file=out)
@@ -160,7 +161,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         t = graph.values[name]
         if t.dtype == "float32":
             x = rng.standard_normal(t.shape).astype(np.float32)
-            calibration = [rng.standard_normal(t.shape).astype(np.float32) for _ in range(4)]
+            calibration = [{name: rng.standard_normal(t.shape).astype(np.float32)}
+                           for _ in range(8)]
         else:
             x = rng.integers(-128, 128, t.shape, dtype=np.int8)
             calibration = None
@@ -175,6 +177,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                               progress=_progress(sys.stderr))
     ran = time.perf_counter()
     print_report(report)
+    unfit = [layer.name for layer in report.layers
+             if layer.target != "accel" and layer.op in ("conv2d", "dense")]
+    if unfit:
+        print(f"note: {len(unfit)} layer(s) do not fit the buffers of {cfg.name} and ran on the "
+              f"{args.fallback} fallback: {', '.join(unfit[:6])}"
+              + (" ..." if len(unfit) > 6 else ""))
     if check:
         ref = exe.reference(x)
         final_ok = all(np.array_equal(outputs[k], ref[k]) for k in ref)
