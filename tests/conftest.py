@@ -33,3 +33,12 @@ def vta() -> HwConfig:
 def rng() -> np.random.Generator:
     """A freshly seeded generator per test, so every test sees the same numbers."""
     return np.random.default_rng(RNG_SEED)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests never read or write the user's cache: each run gets a fresh one."""
+    import os
+    import tempfile
+
+    if "ACCEL_CACHE_DIR" not in os.environ:
+        os.environ["ACCEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="accel-test-cache-")

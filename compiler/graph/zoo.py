@@ -25,8 +25,11 @@ integer graph is born fused); the residual ``add`` carries ``relu=True``.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 
+from accel.cache import cache_dir, code_version
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import infer_types
 from compiler.graph.reference import conv2d_acc, dense_acc, requantize
@@ -207,4 +210,27 @@ def load_zoo(name: str, batch: int = 1, image_size: int = 224) -> Graph:
     """
     if name not in ZOO:
         raise GraphError(f"unknown model {name!r}; expected one of {', '.join(ZOO)}")
-    return resnet(int(name[len("resnet"):]), batch=batch, image_size=image_size)
+    # Building calibrates every layer's shift on a forward pass; keep the result on disk.
+    folder = cache_dir("zoo")
+    path = None
+    if folder is not None:
+        path = folder / (f"{name}-b{batch}-s{image_size}-"
+                         f"{code_version('compiler')}.pickle")
+        if path.exists():
+            try:
+                with path.open("rb") as f:
+                    graph = pickle.load(f)
+                if isinstance(graph, Graph):
+                    return graph
+            except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+                pass  # a damaged entry is rebuilt and replaced
+    graph = resnet(int(name[len("resnet"):]), batch=batch, image_size=image_size)
+    if path is not None:
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with tmp.open("wb") as f:
+                pickle.dump(graph, f, protocol=pickle.HIGHEST_PROTOCOL)
+            tmp.replace(path)
+        except OSError:
+            pass
+    return graph

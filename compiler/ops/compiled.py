@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from accel.cache import cache_dir, code_version
 from accel.config import HwConfig
 from accel.dram import Dram, pack_activation, pack_weight, unpack_activation
 from accel.program import Program
@@ -66,34 +69,55 @@ class CompiledOp:
 
 
 def cache_clear() -> None:
-    """Forget every compiled operator."""
+    """Forget every compiled operator held in memory (the disk cache stays)."""
     _CACHE.clear()
+
+
+def _compiled(wl: Conv2dWorkload | MatmulWorkload, knobs: Conv2dKnobs | MatmulKnobs,
+              cfg: HwConfig, make: Callable[[], Program]) -> CompiledOp:
+    """The cached program of (config, signature, knobs): in memory, then on disk
+    (``$ACCEL_CACHE_DIR/programs``), else built by ``make`` and stored in both."""
+    key = (cfg.name, wl.signature(), knobs)
+    if key in _CACHE:
+        return _CACHE[key]
+    start = time.perf_counter()
+    folder = cache_dir("programs")
+    knob_tag = "_".join(f"{v}" for v in knobs.to_dict().values())
+    path = None
+    if folder is not None:
+        path = folder / (f"{cfg.name}__{wl.signature()}__{knob_tag}__"
+                         f"{code_version('accel', 'compiler')}.bin")
+    program = None
+    if path is not None and path.exists():
+        try:
+            program = Program.load(path, config=cfg)
+        except ValueError:
+            program = None  # a damaged entry is rebuilt and replaced
+    if program is None:
+        program = make()
+        if path is not None:
+            with contextlib.suppress(OSError):
+                program.save(path)
+    _CACHE[key] = CompiledOp(wl, knobs, program, cfg, time.perf_counter() - start)
+    return _CACHE[key]
 
 
 def compile_conv2d(wl: Conv2dWorkload, cfg: HwConfig,
                    knobs: Conv2dKnobs | None = None) -> CompiledOp:
     """Compile ``wl`` for ``cfg`` with ``knobs`` (default: the heuristic's), cached."""
-    knobs = knobs or default_conv2d_knobs(wl, cfg)
-    key = (cfg.name, wl.signature(), knobs)
-    if key not in _CACHE:
-        start = time.perf_counter()
-        program = build(conv2d_schedule(wl, knobs, cfg), cfg, "conv2d",
-                        meta={"signature": wl.signature(), "knobs": knobs.to_dict()}).program
-        _CACHE[key] = CompiledOp(wl, knobs, program, cfg, time.perf_counter() - start)
-    return _CACHE[key]
+    chosen = knobs or default_conv2d_knobs(wl, cfg)
+    return _compiled(wl, chosen, cfg, lambda: build(
+        conv2d_schedule(wl, chosen, cfg), cfg, "conv2d",
+        meta={"signature": wl.signature(), "knobs": chosen.to_dict()}).program)
 
 
 def compile_matmul(wl: MatmulWorkload, cfg: HwConfig,
                    knobs: MatmulKnobs | None = None) -> CompiledOp:
     """Compile ``wl`` for ``cfg`` with ``knobs`` (default: the heuristic's), cached."""
-    knobs = knobs or default_matmul_knobs(wl, cfg)
-    key = (cfg.name, wl.signature(), knobs)
-    if key not in _CACHE:
-        start = time.perf_counter()
-        program = build(matmul_schedule(wl, knobs, cfg), cfg, "matmul",
-                        meta={"signature": wl.signature(), "knobs": knobs.to_dict()}).program
-        _CACHE[key] = CompiledOp(wl, knobs, program, cfg, time.perf_counter() - start)
-    return _CACHE[key]
+    chosen = knobs or default_matmul_knobs(wl, cfg)
+    return _compiled(wl, chosen, cfg, lambda: build(
+        matmul_schedule(wl, chosen, cfg), cfg, "matmul",
+        meta={"signature": wl.signature(), "knobs": chosen.to_dict()}).program)
 
 
 def pack_conv2d_args(op: CompiledOp, x: np.ndarray, w: np.ndarray,
