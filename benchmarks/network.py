@@ -52,7 +52,7 @@ def command_times(repeats: int) -> None:
         os.environ["ACCEL_CACHE_DIR"] = cache
         cold = wall(commands["accel run resnet18 (sim, check)"])
         times: dict[str, list[float]] = {k: [] for k in commands}
-        for name, cmd in commands.items():
+        for cmd in commands.values():
             wall(cmd)  # warm-up
         for _ in range(repeats):
             for name, cmd in commands.items():
@@ -72,7 +72,8 @@ def cycles_and_plan() -> None:
         plan = report.memory_plan
         d = cfg.dram
         print(f"resnet18 on {cfg.name}: {report.accel_cycles} accelerator cycles "
-              f"({report.accel_ms:.1f} ms at {cfg.clock_mhz:g} MHz; DRAM {d.bytes_per_cycle} B/cycle, "
+              f"({report.accel_ms:.1f} ms at {cfg.clock_mhz:g} MHz; "
+              f"DRAM {d.bytes_per_cycle} B/cycle, "
               f"latency {d.latency} cycles, bursts of {d.max_burst} B); MACs offloaded "
               f"{100 * report.offloaded_mac_share:.2f}%; DRAM plan peak "
               f"{plan['peak_bytes'] / 1024:.0f} KB vs naive {plan['naive_bytes'] / 1024:.0f} KB")
