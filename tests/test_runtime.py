@@ -153,3 +153,21 @@ def test_timing_reuse_equals_a_fresh_simulation() -> None:
     fresh = TimingSimulator(cfg).run(b.program, b.dram())
     assert cycles == fresh.cycles
     assert reused.to_dict() == fresh.to_dict()
+
+
+@pytest.mark.gpu
+def test_gpu_fallback_gives_the_same_results() -> None:
+    from runtime import kernels_gpu
+
+    if not kernels_gpu.available():
+        pytest.skip(f"needs a CUDA GPU with CuPy: {kernels_gpu.unavailable_reason()}")
+    cfg = load_config("tiny")
+    g = small_net(cfg, blocked=True)
+    rng = np.random.default_rng(6)
+    x = rng.integers(-128, 128, (2, 5, 9, 9), dtype=np.int8)
+    x2 = rng.integers(-128, 128, (2, 12, 9, 9), dtype=np.int8)
+    exe = Executable(g, cfg)
+    cpu, _ = exe.run({"x": x, "x2": x2}, backend="fsim", fallback="cpu")
+    gpu, report = exe.run({"x": x, "x2": x2}, backend="fsim", fallback="gpu", check=True)
+    np.testing.assert_array_equal(np.asarray(gpu["y"]), cpu["y"])
+    assert report.check is True and report.fallback == "gpu"
