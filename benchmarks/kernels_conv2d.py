@@ -26,6 +26,7 @@ try:
 except ImportError:  # not installed: run from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from runtime import kernels
+from compiler.ops.workloads import RESNET18_LAYERS as TABLE2
 
 
 @dataclass(frozen=True)
@@ -57,20 +58,7 @@ class ConvLayer:
         return self.out_channels * self.reduction * self.out_size**2 / 1e9
 
 
-RESNET18_LAYERS = [
-    ConvLayer("C1", 224, 3, 64, 7, 2),
-    ConvLayer("C2", 56, 64, 64, 3, 1),
-    ConvLayer("C3", 56, 64, 64, 1, 1),
-    ConvLayer("C4", 56, 64, 128, 3, 2),
-    ConvLayer("C5", 56, 64, 128, 1, 2),
-    ConvLayer("C6", 28, 128, 128, 3, 1),
-    ConvLayer("C7", 28, 128, 256, 3, 2),
-    ConvLayer("C8", 28, 128, 256, 1, 2),
-    ConvLayer("C9", 14, 256, 256, 3, 1),
-    ConvLayer("C10", 14, 256, 512, 3, 2),
-    ConvLayer("C11", 14, 256, 512, 1, 2),
-    ConvLayer("C12", 7, 512, 512, 3, 1),
-]
+RESNET18_LAYERS = [ConvLayer(name, *shape) for name, shape in TABLE2.items()]
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:

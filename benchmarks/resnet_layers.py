@@ -37,23 +37,9 @@ from accel.config import HwConfig
 from compiler.ops.compiled import cache_clear
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
 from compiler.ops.heuristic import default_conv2d_knobs, estimate_conv2d_cycles, knob_candidates
+from compiler.ops.workloads import RESNET18_LAYERS
 from runtime import kernels
 
-#: ResNet-18 layers of the TVM paper's Table 2: (H=W, in channels, out channels, kernel, stride).
-LAYERS: dict[str, tuple[int, int, int, int, int]] = {
-    "C1": (224, 3, 64, 7, 2),
-    "C2": (56, 64, 64, 3, 1),
-    "C3": (56, 64, 64, 1, 1),
-    "C4": (56, 64, 128, 3, 2),
-    "C5": (56, 64, 128, 1, 2),
-    "C6": (28, 128, 128, 3, 1),
-    "C7": (28, 128, 256, 3, 2),
-    "C8": (28, 128, 256, 1, 2),
-    "C9": (14, 256, 256, 3, 1),
-    "C10": (14, 256, 512, 3, 2),
-    "C11": (14, 256, 512, 1, 2),
-    "C12": (7, 512, 512, 3, 1),
-}
 DEFAULT_LAYERS = [f"C{i}" for i in range(2, 13)]
 DEFAULT_CONFIGS = ["default", "vta_1x16x16"]
 SHIFT = 8
@@ -77,7 +63,7 @@ class Row:
 
 def workload(layer: str) -> Conv2dWorkload:
     """The layer as compiled: batch 1, ResNet padding, bias, shift 8, ReLU."""
-    size, cin, cout, k, s = LAYERS[layer]
+    size, cin, cout, k, s = RESNET18_LAYERS[layer]
     pad = {7: 3, 3: 1, 1: 0}[k]
     return Conv2dWorkload(1, cin, size, size, cout, k, k, s, s, pad, pad, True, SHIFT, True)
 
@@ -177,7 +163,7 @@ def summary(cfg: HwConfig, rows: list[Row]) -> str:
     numbers = [int(name[1:]) for name in layers]
     consecutive = len(layers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1))
     span = f"{layers[0]}-{layers[-1]}" if consecutive else ",".join(layers)
-    spatial = [r for r in heur if LAYERS[r.layer][3] > 1]
+    spatial = [r for r in heur if RESNET18_LAYERS[r.layer][3] > 1]
     return (f"summary {cfg.name}: mean GEMM utilisation over {span} ({len(layers)} layers): "
             f"1 thread {mean(one)}, 2 threads {mean(two)}, default heuristic {mean(heur)} "
             f"(its {len(spatial)} layers with k > 1: {mean(spatial)}); "
@@ -196,7 +182,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random tensors")
     args = parser.parse_args()
     layers = [name.strip().upper() for name in args.layers.split(",") if name.strip()]
-    unknown = [name for name in layers if name not in LAYERS]
+    unknown = [name for name in layers if name not in RESNET18_LAYERS]
     if unknown:
         parser.error(f"unknown layers {', '.join(unknown)}; expected some of C1-C12")
     start = time.perf_counter()

@@ -25,25 +25,11 @@ from compiler.ops.compiled import compile_conv2d, compile_matmul
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
 from compiler.ops.heuristic import default_conv2d_knobs
 from compiler.ops.matmul import MatmulKnobs, MatmulWorkload
+from compiler.ops.workloads import RESNET18_LAYERS
 from runtime import kernels
 
 BACKENDS = ("fsim", "sim")
 
-#: ResNet-18 layers of the TVM paper's Table 2: (H=W, in channels, out channels, kernel, stride).
-RESNET18_LAYERS: dict[str, tuple[int, int, int, int, int]] = {
-    "C1": (224, 3, 64, 7, 2),
-    "C2": (56, 64, 64, 3, 1),
-    "C3": (56, 64, 64, 1, 1),
-    "C4": (56, 64, 128, 3, 2),
-    "C5": (56, 64, 128, 1, 2),
-    "C6": (28, 128, 128, 3, 1),
-    "C7": (28, 128, 256, 3, 2),
-    "C8": (28, 128, 256, 1, 2),
-    "C9": (14, 256, 256, 3, 1),
-    "C10": (14, 256, 512, 3, 2),
-    "C11": (14, 256, 512, 1, 2),
-    "C12": (7, 512, 512, 3, 1),
-}
 
 #: LoweringErrors met by the hypothesis tests, by config name (printed at the end of the run).
 LOWERING_ERRORS: collections.Counter[str] = collections.Counter()

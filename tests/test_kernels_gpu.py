@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from compiler.ops.workloads import RESNET18_LAYERS as TABLE2
 from runtime import kernels, kernels_gpu
 
 pytestmark = pytest.mark.gpu
@@ -31,21 +32,8 @@ INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
 # ResNet-18 conv layers of the TVM paper (Table 2), batch 1: (name, size, C, OC, kernel, stride),
-# padding kernel // 2 (as in benchmarks/kernels_conv2d.py).
-RESNET18_LAYERS = [
-    ("C1", 224, 3, 64, 7, 2),
-    ("C2", 56, 64, 64, 3, 1),
-    ("C3", 56, 64, 64, 1, 1),
-    ("C4", 56, 64, 128, 3, 2),
-    ("C5", 56, 64, 128, 1, 2),
-    ("C6", 28, 128, 128, 3, 1),
-    ("C7", 28, 128, 256, 3, 2),
-    ("C8", 28, 128, 256, 1, 2),
-    ("C9", 14, 256, 256, 3, 1),
-    ("C10", 14, 256, 512, 3, 2),
-    ("C11", 14, 256, 512, 1, 2),
-    ("C12", 7, 512, 512, 3, 1),
-]
+# padding kernel // 2.
+RESNET18_LAYERS = [(name, *shape) for name, shape in TABLE2.items()]
 
 
 def rand_int8(rng: np.random.Generator, shape: tuple[int, ...]) -> NDArray[np.int8]:

@@ -1,0 +1,90 @@
+"""RTL simulation speed on Amaranth's simulator and on Verilator, and Verilog size.
+
+Runs the synthetic load / GEMM / ALU / store pipeline (``accel.synthetic.pipelined_gemm``) on
+the RTL of each config with both engines and prints simulated cycles per wall-clock second
+(median of ``--repeats`` runs), end to end through ``run_rtl`` (elaboration, DRAM image,
+process start) and in the simulator alone; the Verilator model's one-off build time is printed
+apart. Every run is
+checked: DRAM identical to the functional simulator, cycles identical to the timing simulator.
+Then the line count of the generated Verilog of every shipped config.
+
+    python benchmarks/rtl_speed.py [--configs tiny default] [--amaranth-iterations 12]
+                                   [--verilator-iterations 1000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from accel import load_config, run_program, shipped_configs
+from accel.synthetic import pipelined_gemm
+from hw.backend import run_rtl
+
+
+def measure(cfg_name: str, engine: str, iterations: int, repeats: int) -> bool:
+    cfg = load_config(cfg_name)
+    program, dram = pipelined_gemm(cfg, iterations)
+    reference = dram.copy()
+    run_program(program, reference, backend="fsim")
+    sim_cycles = run_program(program, dram.copy(), backend="sim").cycles
+    walls = []
+    engine_walls = []
+    for _ in range(repeats):
+        image = dram.copy()
+        start = time.perf_counter()
+        cycles, stats = run_rtl(program, image, cfg, engine=engine)
+        walls.append(time.perf_counter() - start)
+        engine_walls.append(stats["wall_s"])
+        if not np.array_equal(image.data, reference.data) or cycles != sim_cycles:
+            print(f"check FAILED on {cfg_name}/{engine}: cycles {cycles} vs sim {sim_cycles}",
+                  file=sys.stderr)
+            return False
+    wall = statistics.median(walls)
+    engine_wall = statistics.median(engine_walls)
+    print(f"{cfg_name:<12} {engine:<10} {len(program.insns):>6} insns {cycles:>9} cycles  "
+          f"wall {wall:8.3f} s  {cycles / wall:>12,.0f} cycles/s "
+          f"({cycles / engine_wall:,.0f} in the simulator alone)")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=["tiny", "default"])
+    parser.add_argument("--amaranth-iterations", type=int, default=12)
+    parser.add_argument("--verilator-iterations", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    ok = True
+    engines = [("amaranth", args.amaranth_iterations)]
+    if shutil.which("verilator"):
+        engines.append(("verilator", args.verilator_iterations))
+    else:
+        print("verilator not installed: Verilator figures skipped")
+    for name in args.configs:
+        if shutil.which("verilator"):
+            from hw.verilator import build_model
+
+            start = time.perf_counter()
+            build_model(load_config(name))
+            print(f"{name:<12} verilator  model ready in {time.perf_counter() - start:.1f} s "
+                  f"(build, or cache hit)")
+        for engine, iterations in engines:
+            ok &= measure(name, engine, iterations, args.repeats)
+    from hw.export import verilog_text
+
+    for name in shipped_configs():
+        cfg = load_config(name)
+        print(f"verilog {name:<12} {len(verilog_text(cfg).splitlines()):>8} lines  ({cfg.name})")
+    print("check: every RTL run identical to fsim (DRAM) and sim (cycles)" if ok
+          else "check: FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
