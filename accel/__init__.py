@@ -4,7 +4,7 @@ The shared contract (``HwConfig``, the ISA, ``Program``) and the user's entry po
 Heavy subsystems are imported lazily by the entry points that need them.
 """
 
-from accel.api import Report, compile, conv2d, load_model, matmul, run_program
+from accel.api import Report, add, compile, conv2d, load_model, matmul, run_program
 from accel.config import ConfigError, HwConfig, load_config, shipped_configs
 from accel.program import Program, ProgramError, ProgramFormatError, Region
 
@@ -16,6 +16,7 @@ __all__ = [
     "ProgramFormatError",
     "Region",
     "Report",
+    "add",
     "compile",
     "conv2d",
     "load_config",

@@ -9,7 +9,7 @@ from accel.config import HwConfig, load_config
 from accel.dram import Dram
 from accel.program import Program, ProgramError
 
-__all__ = ["BACKENDS", "Report", "RunResult", "compile", "conv2d", "load_model", "matmul",
+__all__ = ["BACKENDS", "Report", "RunResult", "add", "compile", "conv2d", "load_model", "matmul",
            "run_program"]
 
 BACKENDS = ("fsim", "sim", "rtl")
@@ -195,6 +195,24 @@ def matmul(
     result = run_program(op.program, image, config=cfg, backend=backend)
     y = op.read_output(image, (wl.m, wl.n, 1, 1))[:, :, 0, 0]
     return y, _report(result, op, wl.macs)
+
+
+def add(a: Any, b: Any, shift: int = 0, relu: bool = False,
+        config: HwConfig | str | None = None, backend: str = "sim", knobs: Any = None,
+        ) -> tuple[Any, Report]:
+    """Run the int8 residual add ``clip(relu?((a + b) >> shift))`` (NCHW) on the accelerator;
+    identical to :func:`runtime.kernels.add`. Needs ``block_in == block_out`` (else
+    LoweringError). ``knobs``: an AddKnobs. See :func:`conv2d` for the other arguments."""
+    from compiler.ops.eltwise import AddWorkload, compile_add, pack_add_args
+    from runtime.kernels import check_add_args
+
+    a, b, shift, relu = check_add_args("add", a, b, shift, relu)
+    cfg = load_config(config) if not isinstance(config, HwConfig) else config
+    wl = AddWorkload(*a.shape, shift=shift, relu=relu)
+    op = compile_add(wl, cfg, knobs)
+    image = op.dram(**pack_add_args(op, a, b))
+    result = run_program(op.program, image, config=cfg, backend=backend)
+    return op.read_output(image, wl.shape), _report(result, op, 0)
 
 
 # ---------------------------------------------------------------------- networks

@@ -27,6 +27,7 @@ from compiler.graph.ops import blocked_layout, parse_layout
 from compiler.graph.reference import run_node, to_logical, to_physical
 from compiler.ops.compiled import CompiledOp, compile_conv2d, compile_matmul
 from compiler.ops.conv2d import Conv2dWorkload
+from compiler.ops.eltwise import AddWorkload, compile_add, identity_tile
 from compiler.ops.matmul import MatmulWorkload
 from runtime.backends import backend as find_backend
 from runtime.backends import fallback_kernels
@@ -233,8 +234,12 @@ class Executable:
                 self.compiled[node.name] = self._compile(node, knobs.get(node.name))
 
     # ------------------------------------------------------------------ compilation
-    def _workload(self, node: Node) -> Conv2dWorkload | MatmulWorkload:
+    def _workload(self, node: Node) -> Conv2dWorkload | MatmulWorkload | AddWorkload:
         a = node.attrs
+        if node.op == "add":
+            x = self.graph.values[node.inputs[0]]
+            n, c, h, w = _logical_shape(x.shape, x.layout)
+            return AddWorkload(n, c, h, w, int(a.get("shift", 0)), bool(a.get("relu", False)))
         x = self.graph.values[node.inputs[0]]
         w = self.graph.params[a["weight"]]
         shape = _logical_shape(x.shape, x.layout)
@@ -252,6 +257,10 @@ class Executable:
     def _compile(self, node: Node, knobs: Any) -> CompiledOp:
         wl = self._workload(node)
         cfg = self.cfg
+        if isinstance(wl, AddWorkload):
+            add_op = compile_add(wl, cfg, knobs)
+            self.packed[node.name] = {"ident": identity_tile(cfg)}
+            return add_op
         w = self.graph.params[node.attrs["weight"]]
         bias = node.attrs.get("bias")
         if isinstance(wl, Conv2dWorkload):
@@ -357,7 +366,11 @@ class Executable:
             x = env[node.inputs[0]]
             args = dict(self.packed[node.name])
             blocked = _as_blocked(x, g.values[node.inputs[0]].layout, self.cfg)
-            if isinstance(op.workload, Conv2dWorkload):
+            if isinstance(op.workload, AddWorkload):
+                args["a"] = blocked
+                args["b"] = _as_blocked(env[node.inputs[1]], g.values[node.inputs[1]].layout,
+                                        self.cfg)
+            elif isinstance(op.workload, Conv2dWorkload):
                 args["data"] = blocked
             else:
                 args["a"] = blocked

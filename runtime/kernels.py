@@ -32,6 +32,7 @@ __all__ = [
     "FLOAT32_CHUNK_K",
     "add",
     "avg_pool2d",
+    "check_add_args",
     "check_conv2d_args",
     "check_matmul_args",
     "conv2d",
@@ -754,6 +755,17 @@ def check_conv2d_args(
     x, w, stride_hw, padding_hw, _ = _check_conv(op, x, w, stride, padding)
     return (x, w, _check_bias(op, bias, w.shape[0]), stride_hw, padding_hw,
             _check_shift(op, shift), _check_flag(op, "relu", relu))
+
+
+def check_add_args(
+    op: str, a: object, b: object, shift: object, relu: object,
+) -> tuple[NDArray[np.int8], NDArray[np.int8], int, bool]:
+    """Validate residual-add arguments (two int8 NCHW arrays of one shape, shift, relu)."""
+    a = _check_array(op, "a", a, np.int8, 4, "NCHW")
+    b = _check_array(op, "b", b, np.int8, 4, "NCHW")
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: b must have a's shape {a.shape}, got shape {b.shape}")
+    return a, b, _check_shift(op, shift), _check_flag(op, "relu", relu)
 
 
 def check_matmul_args(

@@ -26,7 +26,8 @@ def default_supports(cfg: HwConfig) -> Supports:
     tiling (checked in O(1): the all-ones tiling is a candidate, and it fits whenever any
     candidate does, since buffer use only grows with tile sizes); a dense when
     :func:`compiler.ops.matmul.default_matmul_knobs` finds one. Everything else runs on the
-    CPU (the compiler has no accelerator lowering for add or pooling yet).
+    CPU (the compiler has no accelerator lowering for pooling yet). A residual ``add`` runs
+    on the accelerator as GEMMs against an identity tile where ``block_in == block_out``.
 
     Parameters
     ----------
@@ -42,6 +43,19 @@ def default_supports(cfg: HwConfig) -> Supports:
     from compiler.ops.matmul import MatmulWorkload, default_matmul_knobs
 
     def supports(node: Node, graph: Graph) -> bool:
+        if node.op == "add":
+            from compiler.ops.eltwise import AddKnobs, AddWorkload, check_add_config, fits_add
+
+            x, y = (graph.values[v] for v in node.inputs)
+            if x.dtype != "int8" or y.dtype != "int8" or x.shape != y.shape or len(x.shape) != 4:
+                return False
+            try:
+                awl = AddWorkload(*x.shape, int(node.attrs.get("shift", 0)),
+                                  bool(node.attrs.get("relu", False)))
+                check_add_config(awl, cfg)
+                return fits_add(awl, AddKnobs(), cfg)
+            except LoweringError:
+                return False
         if node.op not in ("conv2d", "dense"):
             return False
         x = graph.values[node.inputs[0]]
