@@ -23,7 +23,9 @@ __all__ = [
     "available_backends",
     "backend",
     "fallback_kernels",
+    "prefetch_timing",
     "register_backend",
+    "timing_signature",
 ]
 
 
@@ -117,6 +119,12 @@ def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[
 
     key = (cfg, timing_signature(program), trace)
     cached = _TIMING_CACHE.get(key)
+    pending = _PENDING.pop(key, None)
+    if cached is None and pending is not None:
+        try:
+            cached = _TIMING_CACHE[key] = pending.result()
+        except Exception:  # the worker failed: simulate here, which raises the real error
+            cached = None
     if cached is not None:
         FunctionalSimulator(cfg).run(program, dram)
         return cached, cached.cycles
@@ -141,6 +149,43 @@ register_backend(BackendCaps("sim", True, True, "functional + SimPy timing simul
                  _run_sim)
 register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Amaranth sim)"),
                  _run_rtl)
+
+
+_PENDING: dict[tuple[HwConfig, tuple[Any, ...], bool], Any] = {}
+
+
+def _timing_only(program: Program, cfg: HwConfig, trace: bool) -> Any:
+    from sim.timing import TimingSimulator
+
+    return TimingSimulator(cfg, trace=trace).run(program, Dram())
+
+
+def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False) -> None:
+    """Start simulating the timing of ``programs`` in a worker process.
+
+    Timing does not depend on data, so while the caller runs a network's layers one after
+    another (each needs the previous one's output), a second core can simulate the timing of
+    the later ones. ``run_program(..., backend="sim")`` then picks the result up and only runs
+    the functional simulator. Does nothing where processes cannot be forked.
+    """
+    import concurrent.futures
+    import multiprocessing
+
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:
+        return
+    todo: dict[tuple[HwConfig, tuple[Any, ...], bool], Program] = {}
+    for program in programs:
+        key = (cfg, timing_signature(program), trace)
+        if key not in _TIMING_CACHE and key not in _PENDING:
+            todo.setdefault(key, program)
+    if len(todo) < 2:
+        return
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
+    for key, program in todo.items():
+        _PENDING[key] = pool.submit(_timing_only, program, cfg, trace)
+    pool.shutdown(wait=False)
 
 
 # ---------------------------------------------------------------------- fallbacks

@@ -30,7 +30,7 @@ from compiler.ops.conv2d import Conv2dWorkload
 from compiler.ops.eltwise import AddWorkload, compile_add, identity_tile
 from compiler.ops.matmul import MatmulWorkload
 from runtime.backends import backend as find_backend
-from runtime.backends import fallback_kernels
+from runtime.backends import fallback_kernels, prefetch_timing
 
 __all__ = ["Executable", "LayerReport", "RunReport"]
 
@@ -315,6 +315,8 @@ class Executable:
                 raise ValueError(f"{g.name}: input {name!r} must be {want.dtype} of shape "
                                  f"{want.shape}, got {value.dtype} of shape {value.shape}")
             env[name] = value
+        if device.caps.name == "sim":
+            prefetch_timing([op.program for op in self.compiled.values()], self.cfg, trace)
         report = RunReport(g.name, self.cfg.name, backend, fallback, self.cfg.clock_mhz, [],
                            memory_plan=dict(g.attrs.get("memory_plan", {})))
         checks: list[bool] = []
