@@ -111,21 +111,27 @@ class Report:
 
 
 def _report(result: RunResult, compiled: Any, macs: int) -> Report:
+    from runtime.backends import backend as find_backend
+
+    caps = find_backend(result.backend).caps
     stats = result.stats
-    if result.backend == "fsim":
-        moved = {**stats.bytes_loaded, "out": stats.bytes_stored}
-        stalls: dict[str, dict[str, int]] = {}
-        util = None
-    else:
+    stalls: dict[str, dict[str, int]] = {}
+    util = None
+    if caps.module_stats:
         moved = {**stats.dram_loaded, "out": stats.dram_stored}
         stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
-        util = macs / (result.cycles * compiled.config.peak_macs_per_cycle) \
-            if result.cycles else 0.0
+    elif hasattr(stats, "bytes_loaded"):
+        moved = {**stats.bytes_loaded, "out": stats.bytes_stored}
+    else:
+        d = stats.to_dict()
+        moved = {"read": d.get("dram_bytes_read", 0), "written": d.get("dram_bytes_written", 0)}
+    if caps.timed and result.cycles:
+        util = macs / (result.cycles * compiled.config.peak_macs_per_cycle)
     return Report(
         backend=result.backend, op=compiled.workload.signature(),
         knobs=compiled.knobs.to_dict(), cycles=result.cycles, gemm_utilization=util,
         macs=macs, bytes=moved, stalls=stalls,
-        insn_counts=dict(stats.insn_counts), compile_seconds=compiled.compile_seconds,
+        insn_counts=compiled.program.counts(), compile_seconds=compiled.compile_seconds,
         clock_mhz=compiled.config.clock_mhz,
     )
 

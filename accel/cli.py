@@ -245,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", dest="check", action="store_false")
     p.set_defaults(func=cmd_run)
 
+    from hw.cli import add_parsers as add_hw_parsers
+
+    add_hw_parsers(sub)  # verilog, synth
+
     p = sub.add_parser("asm", help="assemble a .s file into a binary program")
     p.add_argument("source", help="assembly text (the form accel disasm prints)")
     p.add_argument("-o", "--output", required=True, help="binary program file to write")

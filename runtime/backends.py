@@ -39,6 +39,9 @@ class BackendCaps:
     traces: bool
     """It can record a Perfetto trace."""
     description: str
+    module_stats: bool = False
+    """Its stats are a :class:`sim.stats.SimStats` (per-module busy and stall cycles, DRAM
+    bytes per buffer); otherwise they only have ``to_dict()``."""
 
 
 RunFn = Callable[[Program, Dram, HwConfig, bool], tuple[Any, int | None]]
@@ -145,8 +148,8 @@ def _run_rtl(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[
 
 
 register_backend(BackendCaps("fsim", False, False, "functional simulator (numpy)"), _run_fsim)
-register_backend(BackendCaps("sim", True, True, "functional + SimPy timing simulator"),
-                 _run_sim)
+register_backend(BackendCaps("sim", True, True, "functional + SimPy timing simulator",
+                             module_stats=True), _run_sim)
 register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Amaranth sim)"),
                  _run_rtl)
 

@@ -389,14 +389,20 @@ class Executable:
                 layer.milliseconds = result.cycles / (self.cfg.clock_mhz * 1000.0)
                 layer.gemm_utilization = layer.macs / (result.cycles *
                                                        self.cfg.peak_macs_per_cycle)
+            if not device.caps.module_stats:
+                d = stats.to_dict()
+                moved = d.get("dram_bytes_read", 0) + d.get("dram_bytes_written", 0) \
+                    if "dram_bytes_read" in d else sum(stats.bytes_loaded.values()) \
+                    + stats.bytes_stored
+                layer.dram_kb = moved / 1024.0
+                return layer, None
+            if device.caps.timed:
                 moved = sum(stats.dram_loaded.values()) + stats.dram_stored
                 layer.dram_kb = moved / 1024.0
                 layer.stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
                 compute = stats.modules["compute"]
                 layer.largest_stall = compute.largest_stall()
                 return layer, stats
-            moved = sum(stats.bytes_loaded.values()) + stats.bytes_stored
-            layer.dram_kb = moved / 1024.0
             return layer, None
         start = time.perf_counter()
         env[node.outputs[0]] = self._fallback(node, env, kernels)

@@ -1,0 +1,93 @@
+"""The Amaranth-simulator engine of the ``rtl`` backend: the design plus a Python DRAM model."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from amaranth.sim import Simulator
+
+from accel.config import HwConfig
+from hw.backend import RtlRun
+from hw.dram_model import DramModel
+from hw.top import Accelerator
+
+__all__ = ["simulate"]
+
+
+def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
+             max_cycles: int = 50_000_000,
+             timeline: list[tuple[str, str, int]] | None = None) -> tuple[int, dict[str, Any]]:
+    """Run the prepared image to FINISH; returns ``(cycles, stats)`` (see ``run_rtl``).
+
+    Raises
+    ------
+    RuntimeError
+        FINISH did not retire within ``max_cycles`` cycles.
+
+    With ``timeline`` (a list), ``(module, "issue" | "retire", cycle)`` events are appended.
+    """
+    top = Accelerator(cfg)
+    model = DramModel(run.image, cfg.dram.latency, cfg.dram.bytes_per_cycle)
+    port = top.dram
+    result: dict[str, int] = {}
+
+    async def bench(ctx: Any) -> None:
+        ctx.set(port.req.ready, 1)
+        ctx.set(top.insn_addr, run.insn_addr)
+        ctx.set(top.insn_count, run.insn_count)
+        ctx.set(top.start, 1)
+        await ctx.tick()
+        ctx.set(top.start, 0)
+        cycle = 0
+        beating = False
+        while True:
+            j = model.beat_at(cycle)
+            if j is None:
+                if beating:
+                    ctx.set(port.rsp_valid, 0)
+                    beating = False
+            else:
+                ctx.set(port.rsp_valid, 1)
+                beating = True
+                assert model.txn is not None
+                if model.txn.write:
+                    model.write_beat(j, ctx.get(port.wr_data))
+                else:
+                    ctx.set(port.rsp_data, model.read_beat(j))
+            model.end_cycle(cycle)
+            if timeline is not None:
+                for name, (issue, retire) in top.trace_points.items():
+                    if ctx.get(issue):
+                        timeline.append((name, "issue", cycle))
+                    if ctx.get(retire):
+                        timeline.append((name, "retire", cycle))
+            if ctx.get(port.req.valid):
+                req = ctx.get(port.req.payload)
+                model.request(cycle, int(req.addr), int(req.bytes), bool(req.write))
+            if ctx.get(top.done):
+                result["cycles"] = ctx.get(top.cycles)
+                return
+            if cycle >= max_cycles:
+                raise RuntimeError(
+                    f"the RTL did not finish within {max_cycles} cycles (deadlock?)")
+            await ctx.tick()
+            cycle += 1
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    t0 = time.perf_counter()
+    writer = sim.write_vcd(str(vcd)) if vcd else contextlib.nullcontext()
+    with writer:
+        sim.run()
+    wall = time.perf_counter() - t0
+    stats: dict[str, Any] = {
+        "dram_bytes_read": model.bytes_read,
+        "dram_bytes_written": model.bytes_written,
+        "dram_transactions": model.transactions,
+        "wall_s": wall,
+    }
+    return int(result["cycles"]), stats

@@ -1,0 +1,154 @@
+"""The ``rtl`` backend: run a Program on the RTL, leaving the DRAM image as ``fsim`` would.
+
+Two engines: Amaranth's own simulator (slow; no tools needed) and Verilator (the generated
+Verilog compiled with a C++ harness, cached per config). ``engine="auto"`` takes Verilator when
+the ``verilator`` program is installed.
+
+The instructions are placed after the DRAM image, 16-byte aligned, for fetch to read; that tail
+is dropped again after the run, so the image keeps its size.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel.config import HwConfig
+from accel.dram import Dram
+from accel.isa import INSN_BYTES, encode_uops
+from accel.program import Program, ProgramError
+
+__all__ = ["ENGINES", "RtlRun", "RtlStats", "cache_dir", "prepare_image", "run_rtl"]
+
+ENGINES = ("auto", "verilator", "amaranth")
+
+
+def cache_dir(kind: str) -> Path:
+    """``$ACCEL_CACHE_DIR/<kind>`` (default ``~/.cache/accel/<kind>``), created on demand."""
+    root = os.environ.get("ACCEL_CACHE_DIR")
+    base = Path(root) if root else Path.home() / ".cache" / "accel"
+    path = base / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class RtlStats(dict):  # type: ignore[type-arg]
+    """The counters of an RTL run: a plain dict that also has ``to_dict`` (like ``SimStats``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self)
+
+
+@dataclass
+class RtlRun:
+    """A DRAM image ready for the RTL: the program's data, then its instructions."""
+
+    image: np.ndarray
+    insn_addr: int
+    insn_count: int
+    data_bytes: int
+
+
+def _place_program(program: Program, dram: Dram) -> None:
+    # The same placement as sim.functional.place_program (hw may not import sim).
+    for region in program.regions.values():
+        dram.add_region(region)
+    if len(program.uops):
+        assert program.uop_region is not None  # Program.validate checked it
+        words = encode_uops(program.uops, program.config)
+        dram.write(program.uop_region, words.astype(f"<u{program.config.uop_bytes}"))
+
+
+def prepare_image(program: Program, dram: Dram, cfg: HwConfig) -> RtlRun:
+    """Validate ``program``, place it in ``dram`` and build the RTL's DRAM image.
+
+    Raises
+    ------
+    ProgramError
+        The program was built for another config, or is invalid.
+    """
+    if program.config != cfg:
+        raise ProgramError(
+            f"program was built for config {program.config.name}, not {cfg.name}"
+        )
+    program.validate()
+    _place_program(program, dram)
+    insns = np.frombuffer(program.encode_insns(), dtype=np.uint8)
+    data_bytes = dram.nbytes
+    insn_addr = -(-data_bytes // INSN_BYTES) * INSN_BYTES
+    image = np.zeros(insn_addr + len(insns), dtype=np.uint8)
+    image[:data_bytes] = dram.data
+    image[insn_addr:] = insns
+    return RtlRun(image, insn_addr, len(program.insns), data_bytes)
+
+
+def _pick_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine == "auto":
+        return "verilator" if shutil.which("verilator") else "amaranth"
+    if engine == "verilator" and not shutil.which("verilator"):
+        raise RuntimeError(
+            "engine 'verilator' needs the verilator program (Debian: apt-get install verilator)"
+        )
+    return engine
+
+
+def run_rtl(
+    program: Program,
+    dram: Dram,
+    cfg: HwConfig,
+    vcd: str | Path | None = None,
+    engine: str = "auto",
+    max_cycles: int = 50_000_000,
+) -> tuple[int, RtlStats]:
+    """Run ``program`` on the RTL of ``cfg``; ``dram`` is modified in place.
+
+    Parameters
+    ----------
+    program
+        The program (its regions are added to ``dram`` and its micro-ops written there).
+    dram
+        The DRAM image with the program's inputs.
+    cfg
+        The hardware; must be the program's config.
+    vcd
+        Write waveforms to this file.
+    engine
+        ``"auto"``, ``"verilator"`` or ``"amaranth"``.
+    max_cycles
+        Give up after this many cycles (a deadlocked program never finishes).
+
+    Returns
+    -------
+    cycles, stats
+        Cycles from the start to FINISH's retirement (the timing simulator's
+        ``SimStats.cycles``) and counters (a dict with ``to_dict``): ``engine``,
+        ``dram_bytes_read``, ``dram_bytes_written`` (bytes, instruction fetch included),
+        ``dram_transactions``, ``wall_s`` (seconds in the simulator).
+
+    Raises
+    ------
+    ProgramError
+        Wrong config or invalid program.
+    ValueError
+        Unknown engine.
+    RuntimeError
+        Verilator asked for but missing, or the run did not finish within ``max_cycles``.
+    """
+    chosen = _pick_engine(engine)
+    run = prepare_image(program, dram, cfg)
+    if chosen == "amaranth":
+        from hw.amaranth_engine import simulate
+    else:
+        from hw.verilator import simulate
+    cycles, counters = simulate(cfg, run, vcd=vcd, max_cycles=max_cycles)
+    dram.data[:] = run.image[: run.data_bytes]
+    stats = RtlStats(counters)
+    stats["engine"] = chosen
+    return cycles, stats

@@ -1,0 +1,114 @@
+"""The ``accel verilog`` and ``accel synth`` commands.
+
+``accel.cli`` calls :func:`add_parsers` with its sub-parser collection. The commands report
+their own failures as one ``accel: error: ...`` line on stderr and exit status 2, like the rest
+of the command line, so ``accel.cli.main`` needs no knowledge of their exceptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["EXIT_BAD_INPUT", "add_parsers", "cmd_synth", "cmd_verilog"]
+
+EXIT_BAD_INPUT = 2
+
+
+def _fail(message: str) -> int:
+    print(f"accel: error: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add ``verilog`` and ``synth`` to ``subparsers`` (an ``add_subparsers()`` result)."""
+    from hw.synth import ECP5_DEVICES, TARGETS
+
+    p = subparsers.add_parser("verilog", help="write the accelerator's Verilog (Amaranth)")
+    p.add_argument("--config", default=None,
+                   help="shipped config name or YAML path (default: the packaged default)")
+    p.add_argument("-o", "--output", required=True, help="Verilog file to write")
+    p.set_defaults(func=cmd_verilog)
+
+    p = subparsers.add_parser(
+        "synth", help="FPGA resource estimate with Yosys (and ECP5 Fmax with --pnr)")
+    p.add_argument("--config", default=None,
+                   help="shipped config name or YAML path (default: the packaged default)")
+    p.add_argument("--target", required=True, choices=sorted(TARGETS), help="FPGA family")
+    p.add_argument("--pnr", action="store_true",
+                   help="also place and route on ECP5 with nextpnr and report the Fmax")
+    p.add_argument("--device", default="45k", choices=sorted(ECP5_DEVICES),
+                   help="ECP5 device for --pnr (LFE5U-25F/45F/85F; default 45k)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-cache", action="store_true", help="ignore cached results")
+    p.add_argument("--workdir", default=None, help="keep the tools' files in this folder")
+    p.set_defaults(func=cmd_synth)
+
+
+def _load(spec: str | None) -> Any:
+    from accel.config import load_config
+
+    return load_config(spec)
+
+
+def cmd_verilog(args: argparse.Namespace) -> int:
+    """``accel verilog``: write the Verilog of the config's accelerator."""
+    from accel.config import ConfigError
+
+    try:
+        cfg = _load(args.config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    from hw.export import verilog_text
+
+    try:
+        text = verilog_text(cfg)
+    except ValueError as exc:
+        return _fail(f"{cfg.source}: {exc}")
+    try:
+        Path(args.output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        return _fail(f"{args.output}: cannot write: {exc.strerror}")
+    print(f"{args.output}: {len(text.splitlines())} lines of Verilog for {cfg.name}")
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    """``accel synth``: resources (and Fmax) of the config's accelerator."""
+    from accel.config import ConfigError
+    from hw.synth import SynthError, synthesize
+
+    if args.pnr and args.target != "ecp5":
+        return _fail(f"--pnr is supported for ecp5 only, not {args.target}")
+    try:
+        cfg = _load(args.config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    try:
+        if not args.json:
+            what = "synthesising" + (" and placing" if args.pnr else "")
+            print(f"{what} {cfg.name} for {args.target} (minutes)...", file=sys.stderr)
+        report = synthesize(cfg, args.target, pnr=args.pnr, use_cache=not args.no_cache,
+                            workdir=Path(args.workdir) if args.workdir else None,
+                            device=args.device)
+    except SynthError as exc:
+        return _fail(str(exc))
+    except ValueError as exc:
+        return _fail(f"{cfg.source}: {exc}")
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return 0
+    print(f"config   {report.config}")
+    print(f"target   {report.target}")
+    print(f"LUTs     {report.luts}")
+    print(f"FFs      {report.ffs}")
+    print(f"DSPs     {report.dsps}")
+    print(f"BRAMs    {report.brams}")
+    print(f"LUTRAM   {report.lutrams}")
+    if report.fmax_mhz is not None:
+        print(f"Fmax     {report.fmax_mhz:.1f} MHz (ECP5 LFE5U-{report.device.upper()}, "
+              "post-route)")
+    return 0

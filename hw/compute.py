@@ -1,0 +1,442 @@
+"""The compute module: LOAD UOP / LOAD ACC, GEMM, ALU and FINISH.
+
+Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
+
+    s0  read uop[u]                                  (issue; the decode cycle issues the first)
+    s1  dst/src/wgt = uop fields + loop bases       -> registered
+    s2  GEMM: read inp[src], wgt[wgt]               ALU: read acc[src]
+    s3  GEMM: multiply, products registered         ALU: read acc[dst]
+    s4  GEMM: adder tree registered, read acc[dst]  ALU: operands (forwarded) registered
+    s5  GEMM: write acc[dst], out[dst]              ALU: operation, result registered
+    s6                                              ALU: write acc[dst], out[dst]
+
+The GEMM reads ``acc[dst]`` one cycle before writing it, so the read port's transparency hands
+a micro-op the result of the one just before it: no read-after-write hazard exists at one
+micro-op per cycle. The ALU reads twice through the same port, hence ``alu.ii >= 2``; an operand
+read before the previous micro-op wrote it is forwarded from that one's result. An instruction
+of ``n`` micro-ops takes ``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is
+issued ``(n - 1) * ii`` cycles after decode, written 5 (GEMM) or 6 (ALU) cycles later, and the
+module waits out the rest of the drain.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from accel.isa import AluOp, MemType, Opcode
+from hw.control import RANK_BITS, DepControl
+from hw.dma import LoadEngine
+from hw.dram import REQUESTERS, dram_port
+from hw.params import RtlParams
+from hw.queues import token_stream
+from hw.sram import BufferRead, BufferWrite, SramBuffer
+
+__all__ = ["Compute", "GemmCore", "alu_op"]
+
+
+def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
+    """The ALU on 32-bit signed operands (``sim.functional.alu_apply`` semantics).
+
+    SHR by ``b``: arithmetic right shift by ``min(b, 31)`` when ``b >= 0``, else left shift by
+    ``-b`` (zero once ``-b >= 32``). ADD and MUL keep the low 32 bits.
+    """
+    a = a.as_signed()
+    b = b.as_signed()
+    res = Signal(signed(32), name="alu_result")
+    right = Signal(5, name="shr_amount")
+    left = Signal(33, name="shl_amount")
+    m.d.comb += [
+        right.eq(Mux(b > 31, 31, b[:5])),
+        left.eq(-b),
+    ]
+    with m.Switch(op):
+        with m.Case(int(AluOp.MIN)):
+            m.d.comb += res.eq(Mux(a < b, a, b))
+        with m.Case(int(AluOp.MAX)):
+            m.d.comb += res.eq(Mux(a > b, a, b))
+        with m.Case(int(AluOp.ADD)):
+            m.d.comb += res.eq(a + b)
+        with m.Case(int(AluOp.MUL)):
+            m.d.comb += res.eq(a * b)
+        with m.Case(int(AluOp.SHR)):
+            with m.If(b >= 0):
+                m.d.comb += res.eq(a >> right)
+            with m.Elif(left < 32):
+                m.d.comb += res.eq(a << left[:5])
+            with m.Else():
+                m.d.comb += res.eq(0)
+    return res
+
+
+class GemmCore(wiring.Component):
+    """The ``batch x block_in x block_out`` int8 MAC array: products, then an adder tree.
+
+    Two register stages: multiplier inputs arrive from the buffers' output registers, products
+    are registered (stage 3 -> 4) and the dot products are registered (stage 4 -> 5).
+
+    Parameters
+    ----------
+    params
+        RTL parameters of the config.
+
+    Ports
+    -----
+    inp : In
+        One inp tile, ``batch x block_in`` int8, element ``(b, k)`` at byte ``b * block_in + k``.
+    wgt : In
+        One wgt tile, ``block_out x block_in`` int8, ``(o, k)`` at byte ``o * block_in + k``.
+    sums : Out
+        Two cycles later: ``batch x block_out`` dot products as int32, ``(b, o)`` at word
+        ``b * block_out + o``.
+    """
+
+    def __init__(self, params: RtlParams) -> None:
+        cfg = params.cfg
+        self._shape = (cfg.batch, cfg.block_in, cfg.block_out)
+        super().__init__({
+            "inp": In(cfg.inp_tile_bytes * 8),
+            "wgt": In(cfg.wgt_tile_bytes * 8),
+            "sums": Out(cfg.batch * cfg.block_out * 32),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        batch, bi, bo = self._shape
+        sums = []
+        for b in range(batch):
+            for o in range(bo):
+                prods = []
+                for k in range(bi):
+                    x = self.inp.word_select(b * bi + k, 8).as_signed()
+                    w = self.wgt.word_select(o * bi + k, 8).as_signed()
+                    prod = Signal(signed(16), name=f"prod_{b}_{o}_{k}")
+                    m.d.sync += prod.eq(x * w)
+                    prods.append(prod)
+                while len(prods) > 1:
+                    prods = [prods[i] + prods[i + 1] if i + 1 < len(prods) else prods[i]
+                             for i in range(0, len(prods), 2)]
+                dot = Signal(signed(16 + (bi - 1).bit_length()), name=f"dot_{b}_{o}")
+                m.d.sync += dot.eq(prods[0])
+                sums.append(dot.as_signed())
+        for i, dot in enumerate(sums):
+            m.d.comb += self.sums.word_select(i, 32).eq(dot)
+        return m
+
+
+class Compute(wiring.Component):
+    """The compute module with its uop and acc buffers.
+
+    Parameters
+    ----------
+    params
+        RTL parameters of the config.
+
+    Ports
+    -----
+    cmd : In(stream)
+        The compute command queue.
+    l2c, s2c : In(token stream)
+        Tokens popped (``pop_prev`` from load, ``pop_next`` from store).
+    c2l, c2s : Out(token stream)
+        Tokens pushed (``push_prev`` to load, ``push_next`` to store).
+    c2l_level, c2s_level, c2l_room, c2s_room : In
+        Levels of the queues this module feeds, and whether a pending push is accepted now.
+    c2s_hold, c2s_release : Out
+        The ``c2s`` token pushed with a blocked ``c2l`` push is invisible / becomes visible.
+    dram : Out(DramPort)
+        DRAM reads of LOAD UOP / LOAD ACC.
+    rd_inp, rd_wgt : Out(BufferRead)
+        GEMM operand reads.
+    wr_out : Out(BufferWrite)
+        Low 8 bits of every result.
+    finish : Out
+        FINISH retires at the end of this cycle.
+    issue, retire : Out
+        Decode cycle / last cycle of an instruction (for tracing).
+    rank, after : Out
+        Event level and releasing modules of the last decode, for the DRAM arbiter.
+    """
+
+    def __init__(self, params: RtlParams) -> None:
+        self._p = params
+        depth = params.token_depth
+        super().__init__({
+            "cmd": In(stream.Signature(params.insn_layout)),
+            "l2c": In(token_stream()),
+            "s2c": In(token_stream()),
+            "c2l": Out(token_stream()),
+            "c2s": Out(token_stream()),
+            "c2l_level": In(range(depth + 2)),
+            "c2s_level": In(range(depth + 2)),
+            "c2l_room": In(1),
+            "c2s_room": In(1),
+            "c2s_hold": Out(1),
+            "c2s_release": Out(1),
+            "dram": Out(dram_port(params)),
+            "rd_inp": Out(BufferRead(params.buffers["inp"])),
+            "rd_wgt": Out(BufferRead(params.buffers["wgt"])),
+            "wr_out": Out(BufferWrite(params.buffers["out"])),
+            "finish": Out(1),
+            "issue": Out(1),
+            "retire": Out(1),
+            "rank": Out(RANK_BITS),
+            "after": Out(len(REQUESTERS)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p = self._p
+        cfg = p.cfg
+        m.submodules.control = ctrl = DepControl(
+            p.insn_layout, pops=("pop_prev", "pop_next"), pushes=("push_prev", "push_next"),
+            token_depth=p.token_depth)
+        m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
+        m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"])
+        m.submodules.acc_buffer = acc_buf = SramBuffer(p.buffers["acc"])
+        m.submodules.gemm_core = core = GemmCore(p)
+        wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
+        wiring.connect(m, wiring.flipped(self.l2c), ctrl.pop_prev)
+        wiring.connect(m, wiring.flipped(self.s2c), ctrl.pop_next)
+        wiring.connect(m, ctrl.push_prev, wiring.flipped(self.c2l))
+        wiring.connect(m, ctrl.push_next, wiring.flipped(self.c2s))
+        wiring.connect(m, eng.dram, wiring.flipped(self.dram))
+        wiring.connect(m, eng.wr_uop, uop_buf.w)
+        m.d.comb += [
+            ctrl.push_prev_level.eq(self.c2l_level),
+            ctrl.push_next_level.eq(self.c2s_level),
+            ctrl.push_prev_room.eq(self.c2l_room),
+            ctrl.push_next_room.eq(self.c2s_room),
+            self.c2s_hold.eq(ctrl.hold),
+            self.c2s_release.eq(ctrl.release),
+        ]
+
+        insn = ctrl.insn
+        opcode = insn.raw[:3]
+        start = ctrl.start
+        is_load = Signal()
+        is_loop = Signal()
+        m.d.comb += [
+            is_load.eq(opcode == int(Opcode.LOAD)),
+            is_loop.eq((opcode == int(Opcode.GEMM)) | (opcode == int(Opcode.ALU))),
+            eng.start.eq(start & is_load),
+            eng.insn.eq(insn.mem),
+            self.finish.eq(start & (opcode == int(Opcode.FINISH))),
+        ]
+        seq_last = Signal()
+        m.d.comb += [
+            ctrl.last.eq(eng.last | seq_last | (start & ~is_load & ~is_loop)),
+            self.issue.eq(start),
+            self.retire.eq(ctrl.last),
+        ]
+        with m.If(start):
+            m.d.sync += [
+                self.rank.eq(ctrl.rank),
+                self.after.eq((ctrl.pop_prev_fresh << REQUESTERS.index("load"))
+                              | (ctrl.pop_next_fresh << REQUESTERS.index("store"))),
+            ]
+
+        # ---------------------------------------------------------------- sequencer
+        # The loop fields sit at different offsets in the GEMM and ALU formats. In the decode
+        # cycle they come from the instruction (``now``), later from registers (``held``).
+        g, a = insn.gemm, insn.alu
+        is_alu_now = Signal()
+        m.d.comb += is_alu_now.eq(opcode == int(Opcode.ALU))
+        now: dict[str, object] = {
+            name: Mux(is_alu_now, getattr(a, field), getattr(g, field))
+            for name, field in (("bgn", "uop_bgn"), ("end", "uop_end"), ("n_out", "iter_out"),
+                                ("n_in", "iter_in"), ("dst_out", "dst_factor_out"),
+                                ("dst_in", "dst_factor_in"), ("src_out", "src_factor_out"),
+                                ("src_in", "src_factor_in"))
+        }
+        now["wgt_out"] = Mux(is_alu_now, 0, g.wgt_factor_out)
+        now["wgt_in"] = Mux(is_alu_now, 0, g.wgt_factor_in)
+        now["alu"] = is_alu_now
+        acc_bits, inp_bits, wgt_bits = cfg.acc_index_bits, cfg.inp_index_bits, cfg.wgt_index_bits
+        src_bits = cfg.src_index_bits
+        widths = {"bgn": cfg.uop_index_bits + 1, "end": cfg.uop_index_bits + 1,
+                  "n_out": cfg.isa.iter_bits, "n_in": cfg.isa.iter_bits,
+                  "dst_out": acc_bits, "dst_in": acc_bits, "src_out": src_bits,
+                  "src_in": src_bits, "wgt_out": wgt_bits, "wgt_in": wgt_bits, "alu": 1}
+        held = {k: Signal(w, name=f"{k}_q") for k, w in widths.items()}
+        cur = {k: Signal(w, name=f"{k}_cur") for k, w in widths.items()}
+        factors = ("dst_out", "dst_in", "src_out", "src_in", "wgt_out", "wgt_in")
+
+        reset_q = Signal()
+        op_q = Signal(3)
+        use_imm_q = Signal()
+        imm_q = Signal(signed(32))
+        alu_q = held["alu"]
+        with m.If(start & is_loop):
+            m.d.sync += [held[k].eq(v) for k, v in now.items()]
+            m.d.sync += [
+                reset_q.eq(g.reset & ~is_alu_now),
+                op_q.eq(a.alu_op),
+                use_imm_q.eq(a.use_imm & is_alu_now),
+                imm_q.eq(a.imm),
+            ]
+        empty = Signal()
+        m.d.comb += empty.eq((now["end"] == now["bgn"]) | (now["n_out"] == 0)
+                             | (now["n_in"] == 0))
+        first = Signal()
+        m.d.comb += first.eq(start & is_loop & ~empty)
+        m.d.comb += [cur[k].eq(Mux(first, now[k], held[k])) for k in widths]
+
+        max_ii = max(cfg.gemm.ii, cfg.alu.ii)
+        issuing = Signal()
+        wait = Signal(range(max_ii))
+        drain = Signal(range(max(cfg.gemm.ii + cfg.gemm.depth, cfg.alu.ii + cfg.alu.depth)))
+        draining = Signal()
+        # Loop counters and the bases i * factor_out, j * factor_in (registered, then current).
+        u_q, u = Signal(widths["bgn"]), Signal(widths["bgn"])
+        j_q, j = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
+        i_q, i = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
+        base_q = {k: Signal(widths[k], name=f"base_{k}_q") for k in factors}
+        base = {k: Signal(widths[k], name=f"base_{k}") for k in factors}
+        with m.If(first):
+            m.d.comb += [u.eq(now["bgn"]), j.eq(0), i.eq(0)]
+            m.d.comb += [base[k].eq(0) for k in factors]
+        with m.Else():
+            m.d.comb += [u.eq(u_q), j.eq(j_q), i.eq(i_q)]
+            m.d.comb += [base[k].eq(base_q[k]) for k in factors]
+        ii_now = Signal(range(max_ii + 1))
+        drain_len = Signal.like(drain)
+        m.d.comb += [
+            ii_now.eq(Mux(cur["alu"], cfg.alu.ii, cfg.gemm.ii)),
+            drain_len.eq(Mux(cur["alu"], cfg.alu.ii + cfg.alu.depth - 1,
+                             cfg.gemm.ii + cfg.gemm.depth - 1)),
+        ]
+        end, bgn, n_in, n_out = cur["end"], cur["bgn"], cur["n_in"], cur["n_out"]
+        fac = {k: cur[k] for k in factors}
+        issue = Signal()
+        m.d.comb += issue.eq(first | (issuing & (wait == 0)))
+        last_uop = Signal()
+        m.d.comb += last_uop.eq((u + 1 == end) & (j + 1 == n_in) & (i + 1 == n_out))
+        with m.If(issue):
+            m.d.sync += wait.eq(ii_now - 1)
+            with m.If(u + 1 != end):
+                m.d.sync += [u_q.eq(u + 1), j_q.eq(j), i_q.eq(i)]
+                m.d.sync += [base_q[k].eq(base[k]) for k in factors]
+            with m.Elif(j + 1 != n_in):
+                m.d.sync += [u_q.eq(bgn), j_q.eq(j + 1), i_q.eq(i)]
+                m.d.sync += [base_q[k].eq(base[k] + fac[k]) for k in factors if k.endswith("_in")]
+                m.d.sync += [base_q[k].eq(base[k]) for k in factors if k.endswith("_out")]
+            with m.Else():
+                m.d.sync += [u_q.eq(bgn), j_q.eq(0), i_q.eq(i + 1)]
+                m.d.sync += [base_q[k].eq(0) for k in factors if k.endswith("_in")]
+                m.d.sync += [base_q[k].eq(base[k] + fac[k]) for k in factors if k.endswith("_out")]
+            with m.If(last_uop):
+                m.d.sync += [issuing.eq(0), draining.eq(1), drain.eq(drain_len)]
+            with m.Else():
+                m.d.sync += issuing.eq(1)
+        with m.Elif(issuing):
+            m.d.sync += wait.eq(wait - 1)
+        with m.If(draining):
+            with m.If(drain == 0):
+                m.d.comb += seq_last.eq(1)
+                m.d.sync += draining.eq(0)
+            with m.Else():
+                m.d.sync += drain.eq(drain - 1)
+        with m.If(start & is_loop & empty):
+            m.d.comb += seq_last.eq(1)
+
+        # ---------------------------------------------------------------- pipeline
+        m.d.comb += uop_buf.r.addr.eq(u)
+        v1, v2, v3, v4, v5 = (Signal(name=f"v{s}") for s in range(1, 6))
+        b1 = {k: Signal(acc_bits if k == "dst" else src_bits if k == "src" else wgt_bits,
+                        name=f"b1_{k}") for k in ("dst", "src", "wgt")}
+        m.d.sync += [
+            v1.eq(issue),
+            b1["dst"].eq(base["dst_out"] + base["dst_in"]),
+            b1["src"].eq(base["src_out"] + base["src_in"]),
+            b1["wgt"].eq(base["wgt_out"] + base["wgt_in"]),
+        ]
+        uop = Signal(p.uop_layout)
+        m.d.comb += uop.eq(uop_buf.r.data[:cfg.uop_bits])
+        dst2 = Signal(acc_bits)
+        src2 = Signal(src_bits)
+        wgt2 = Signal(wgt_bits)
+        m.d.sync += [
+            v2.eq(v1),
+            dst2.eq(uop.dst + b1["dst"]),
+            src2.eq(uop.src + b1["src"]),
+            wgt2.eq(uop.wgt + b1["wgt"]),
+        ]
+        dst3, dst4, dst5 = (Signal(acc_bits, name=f"dst{s}") for s in (3, 4, 5))
+        src3 = Signal(src_bits)
+        m.d.sync += [v3.eq(v2), v4.eq(v3), v5.eq(v4), dst3.eq(dst2), dst4.eq(dst3),
+                     dst5.eq(dst4), src3.eq(src2)]
+        m.d.comb += [
+            self.rd_inp.addr.eq(src2[:inp_bits]),
+            self.rd_wgt.addr.eq(wgt2),
+            core.inp.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
+            core.wgt.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
+        ]
+        # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4.
+        with m.If(alu_q):
+            with m.If(v3):
+                m.d.comb += acc_buf.r.addr.eq(dst3)
+            with m.Else():
+                m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
+        with m.Else():
+            m.d.comb += acc_buf.r.addr.eq(dst4)
+        acc_data = acc_buf.r.data[:cfg.acc_tile_bytes * 8]
+        lanes = cfg.batch * cfg.block_out
+
+        # ALU: source operand read in s2, destination in s3; in s4 both are taken from the
+        # micro-op in s6 (writing now) or s7 (written at the last edge) when that one writes
+        # what they read and the read came too early to see it; the operation runs in s5.
+        width = cfg.acc_tile_bytes * 8
+        v6, v7 = Signal(name="v6"), Signal(name="v7")
+        dst6, dst7 = Signal(acc_bits, name="dst6"), Signal(acc_bits, name="dst7")
+        src4 = Signal(acc_bits)
+        src_data4 = Signal(width)
+        a5, b5, res6, res7 = (Signal(width, name=n) for n in ("a5", "b5", "res6", "res7"))
+        m.d.sync += [
+            v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6), res7.eq(res6),
+            src4.eq(src3[:acc_bits]), src_data4.eq(acc_data),
+        ]
+
+        def forwarded(index: Signal, read: object) -> object:
+            return Mux(v6 & (dst6 == index), res6, Mux(v7 & (dst7 == index), res7, read))
+
+        m.d.sync += [
+            a5.eq(forwarded(dst4, acc_data)),
+            b5.eq(Mux(use_imm_q, Cat(*([imm_q] * lanes)), forwarded(src4, src_data4))),
+        ]
+        for lane in range(lanes):
+            r = alu_op(m, op_q, a5.word_select(lane, 32), b5.word_select(lane, 32))
+            m.d.sync += res6.word_select(lane, 32).eq(r)
+
+        # Write-back: GEMM in s5, ALU in s6.
+        result = Signal(width)
+        wb_valid = Signal()
+        wb_dst = Signal(acc_bits)
+        with m.If(alu_q):
+            m.d.comb += [result.eq(res6), wb_valid.eq(v6), wb_dst.eq(dst6)]
+        with m.Else():
+            m.d.comb += [wb_valid.eq(v5), wb_dst.eq(dst5)]
+            with m.If(~reset_q):
+                for lane in range(lanes):
+                    m.d.comb += result.word_select(lane, 32).eq(
+                        acc_data.word_select(lane, 32) + core.sums.word_select(lane, 32))
+        out_tile = Cat(*(result.word_select(lane, 32)[:8] for lane in range(lanes)))
+        with m.If(eng.wr_acc.en != 0):
+            m.d.comb += [
+                acc_buf.w.addr.eq(eng.wr_acc.addr),
+                acc_buf.w.en.eq(eng.wr_acc.en),
+                acc_buf.w.data.eq(eng.wr_acc.data),
+            ]
+        with m.Else():
+            m.d.comb += [
+                acc_buf.w.addr.eq(wb_dst),
+                acc_buf.w.en.eq(wb_valid),
+                acc_buf.w.data.eq(result),
+            ]
+        m.d.comb += [
+            self.wr_out.addr.eq(wb_dst),
+            self.wr_out.en.eq(wb_valid),
+            self.wr_out.data.eq(out_tile),
+        ]
+        return m

@@ -1,0 +1,256 @@
+"""Instruction issue and dependency tokens of one module (load, compute or store).
+
+The cycle behaviour is the timing simulator's (``sim.timing._Unit.run``):
+
+1. when the previous instruction's pushes are done, take the next instruction from the
+   command queue (as soon as there is one);
+2. pop its tokens in order (``pop_prev`` then ``pop_next``), each as soon as it is there;
+3. the cycle in which the last pop succeeds is the instruction's decode cycle (``start``); the
+   execution engine runs from there and flags its ``last`` cycle;
+4. the pushes are written at the end of the last cycle, so the consumer sees the token in the
+   next cycle, exactly when the simulator's ``put`` happens. A push into a queue that already
+   holds ``D`` tokens stays *pending* (see :mod:`hw.queues`): the module waits until
+   ``room`` says the consumer takes a token, and takes its next instruction in that cycle.
+
+Of two pushes (compute's ``push_prev`` and ``push_next``) the second is only logically made once
+the first is accepted: its token is ``hold`` (invisible) until then and ``release``-d in the cycle
+the first is accepted.
+
+``rank`` orders the DRAM requests that modules make in the same cycle the way the timing
+simulator does. SimPy processes the events of one time step first-in first-out; the *level* of
+an event is how many events deep it was created within the step. A module's decode timeout is
+created at level ``n`` when: it retired at this edge (level 0) and made ``p`` pushes (levels
+``1..p``), took the next instruction (+1) and popped available tokens (+1 each); or it took an
+instruction fetch put now (level 2); and a token pushed now at level ``k`` reaches a waiting
+consumer at ``k + 1``. The first DRAM requests of the next cycle come in that order
+(:class:`hw.dram.DramArbiter`).
+
+``pop_*_hint`` is the pop this module would make if none of its own pending pushes were accepted
+by a consumer popping in this same cycle. Compute's ``room`` inputs for the queues it feeds use
+the hints of load and store, which breaks the combinational loop compute -> load -> compute
+without changing behaviour: a module that waits on a pending push cannot pop, so when both wait
+on each other neither moves (the simulator deadlocks there too).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.queues import token_stream
+
+__all__ = ["RANK_BITS", "DepControl"]
+
+RANK_BITS = 4
+
+_POPS = ("pop_prev", "pop_next")
+_PUSHES = ("push_prev", "push_next")
+
+
+class DepControl(wiring.Component):
+    """Takes instructions, pops and pushes tokens, and frames each instruction's execution.
+
+    Parameters
+    ----------
+    insn_layout
+        Layout of a command-queue entry (``RtlParams.insn_layout``).
+    pops, pushes
+        The dependency flags this module honours (others are ignored), e.g.
+        ``("pop_next",)`` and ``("push_next",)`` for load.
+    token_depth
+        Token queue capacity ``D``.
+
+    Ports
+    -----
+    cmd : In(stream)
+        The command queue.
+    insn : Out
+        The instruction that starts when ``start`` is high (valid in that cycle only).
+    start : Out
+        This is the decode cycle of ``insn``.
+    last : In
+        From the engine: this is the last cycle of ``insn`` (may coincide with ``start``).
+    <pop> : In(token stream)
+        One per honoured pop flag.
+    <pop>_hint : Out
+        The pop this module would make if its pending pushes were not accepted this cycle.
+    <push> : Out(token stream)
+        One per honoured push flag.
+    <push>_level : In
+        Tokens in that queue.
+    <push>_room : In
+        That queue's consumer takes a token this cycle (or its hint, see the module docstring).
+    hold, release : Out
+        With two pushes: the second push's token is invisible / becomes visible now.
+    rank : Out
+        In the ``start`` cycle: the SimPy event level of this decode (module docstring).
+    <pop>_fresh : Out
+        In the ``start`` cycle: that pop took a token pushed at the last clock edge.
+    """
+
+    def __init__(self, insn_layout: data.Layout, pops: tuple[str, ...],
+                 pushes: tuple[str, ...], token_depth: int) -> None:
+        for name in pops:
+            if name not in _POPS:
+                raise ValueError(f"pops must be a subset of {_POPS}, not {pops!r}")
+        for name in pushes:
+            if name not in _PUSHES:
+                raise ValueError(f"pushes must be a subset of {_PUSHES}, not {pushes!r}")
+        self._layout = insn_layout
+        self._pops = tuple(p for p in _POPS if p in pops)
+        self._pushes = tuple(p for p in _PUSHES if p in pushes)
+        self._depth = token_depth
+        members: dict[str, object] = {
+            "cmd": In(stream.Signature(insn_layout)),
+            "insn": Out(insn_layout),
+            "start": Out(1),
+            "last": In(1),
+        }
+        for name in self._pops:
+            members[name] = In(token_stream())
+            members[f"{name}_hint"] = Out(1)
+        for name in self._pushes:
+            members[name] = Out(token_stream())
+            members[f"{name}_level"] = In(range(token_depth + 2))
+            members[f"{name}_room"] = In(1)
+        if len(self._pushes) == 2:
+            members["hold"] = Out(1)
+            members["release"] = Out(1)
+        members["rank"] = Out(RANK_BITS)
+        for name in self._pops:
+            members[f"{name}_fresh"] = Out(1)
+        super().__init__(members)
+
+    @property
+    def pops(self) -> tuple[str, ...]:
+        return self._pops
+
+    @property
+    def pushes(self) -> tuple[str, ...]:
+        return self._pushes
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        insn_q = Signal(self._layout)
+        has_insn = Signal()
+        executing = Signal()
+        need = {name: Signal(name=f"need_{name}") for name in self._pops}
+        pend = {name: Signal(name=f"pend_{name}") for name in self._pushes}
+        ok = {}
+        fits = {}
+        for name in self._pushes:
+            ok[name] = Signal(name=f"ok_{name}")
+            fits[name] = Signal(name=f"fits_{name}")
+            m.d.comb += [
+                ok[name].eq(~pend[name] | getattr(self, f"{name}_room")),
+                fits[name].eq(~pend[name] | (getattr(self, f"{name}_level") <= self._depth)),
+            ]
+        idle = Signal()
+        free = Signal()
+        free_hint = Signal()
+        all_ok: object = 1
+        all_fit: object = 1
+        for name in self._pushes:
+            all_ok = all_ok & ok[name]
+            all_fit = all_fit & fits[name]
+        m.d.comb += [
+            idle.eq(~executing & ~has_insn),
+            free.eq(idle & all_ok),
+            free_hint.eq(idle & all_fit),
+        ]
+        take = Signal()
+        m.d.comb += [
+            self.cmd.ready.eq(free),
+            take.eq(free & self.cmd.valid),
+            # The instruction that starts if ``start`` rises: the held one, else the queue's
+            # head. It does not depend on ``take``, which comes late in the cycle.
+            self.insn.eq(Mux(has_insn, insn_q, self.cmd.payload)),
+        ]
+        header = self.cmd.payload.mem
+
+        def pops_now(taking: Signal) -> dict[str, Signal]:
+            """Which pops fire, given whether an instruction is taken in this cycle."""
+            fire: dict[str, Signal] = {}
+            before_done: object = 1
+            for name in self._pops:
+                want = Signal(name=f"want_{name}_{taking.name}")
+                m.d.comb += want.eq(Mux(taking, getattr(header, name), has_insn & need[name]))
+                stream_in = getattr(self, name)
+                fire[name] = Signal(name=f"fire_{name}_{taking.name}")
+                m.d.comb += fire[name].eq(want & stream_in.valid & before_done)
+                done = Signal(name=f"done_{name}_{taking.name}")
+                m.d.comb += done.eq(before_done & (~want | stream_in.valid))
+                fire[f"{name}:want"] = want
+                before_done = done
+            fire["all_done"] = Signal(name=f"all_done_{taking.name}")
+            m.d.comb += fire["all_done"].eq(before_done)
+            return fire
+
+        fire = pops_now(take)
+        take_hint = Signal()
+        m.d.comb += take_hint.eq(free_hint & self.cmd.valid)
+        hint = pops_now(take_hint)
+        for name in self._pops:
+            m.d.comb += [
+                getattr(self, name).ready.eq(fire[name]),
+                getattr(self, f"{name}_hint").eq(hint[name]),
+            ]
+        active = Signal()
+        m.d.comb += [
+            active.eq(take | has_insn),
+            self.start.eq(active & fire["all_done"]),
+        ]
+
+        with m.If(take):
+            m.d.sync += [insn_q.eq(self.cmd.payload), has_insn.eq(1)]
+        for name in self._pops:
+            m.d.sync += need[name].eq(fire[f"{name}:want"] & ~fire[name])
+        with m.If(self.start):
+            m.d.sync += has_insn.eq(0)
+        m.d.sync += executing.eq(Mux(self.start, ~self.last, executing & ~self.last))
+
+        running = Signal(self._layout)       # the instruction after its start cycle
+        with m.If(self.start):
+            m.d.sync += running.eq(self.insn)
+        current = Signal(self._layout)
+        m.d.comb += current.eq(Mux(self.start, self.insn, running))
+        pushing = {}
+        for name in self._pushes:
+            pushing[name] = Signal(name=f"pushing_{name}")
+            m.d.comb += [
+                pushing[name].eq(self.last & getattr(current.mem, name)),
+                getattr(self, name).valid.eq(pushing[name]),
+            ]
+            m.d.sync += pend[name].eq(Mux(pushing[name], 1, pend[name] & ~ok[name]))
+        # SimPy event level of this decode (module docstring).
+        retired = Signal()
+        npush_q = Signal(2)
+        m.d.sync += retired.eq(self.last)
+        with m.If(self.last):
+            m.d.sync += npush_q.eq(sum(pushing.values()) if pushing else 0)
+        rank: object = Mux(take, Mux(retired, npush_q + 1, 2), 0)
+        for name in self._pops:
+            stream_in = getattr(self, name)
+            lvl = Signal(RANK_BITS, name=f"rank_{name}")
+            prev = Signal(RANK_BITS, name=f"rank_before_{name}")
+            m.d.comb += [
+                prev.eq(rank),
+                lvl.eq(Mux(fire[name],
+                           Mux(stream_in.payload > prev, stream_in.payload, prev) + 1, prev)),
+                getattr(self, f"{name}_fresh").eq(fire[name] & (stream_in.payload != 0)),
+            ]
+            rank = lvl
+        m.d.comb += self.rank.eq(rank)
+        if "push_prev" in self._pushes:
+            m.d.comb += self.push_prev.payload.eq(1)
+        if "push_next" in self._pushes:
+            first = current.mem.push_prev if "push_prev" in self._pushes else 0
+            m.d.comb += self.push_next.payload.eq(1 + first)
+
+        if len(self._pushes) == 2:
+            hold = Signal()
+            both = pushing["push_prev"] & pushing["push_next"]
+            m.d.sync += hold.eq(Mux(both, 1, hold & ~ok["push_prev"]))
+            m.d.comb += [self.hold.eq(hold), self.release.eq(hold & ok["push_prev"])]
+        return m

@@ -1,0 +1,187 @@
+"""Instruction fetch: reads the program from DRAM in bursts and routes it to the command queues.
+
+Cycle behaviour (``sim.timing.FetchModule``): one transaction of ``min(max_burst // 16, left)``
+instructions, then one instruction dispatched per cycle into its module's command queue; a
+put into a full queue waits until that module takes an instruction (the queue's ``room``); the
+next transaction is requested in the cycle the batch's last put succeeds.
+
+Routing (``accel.isa.module_of``): STORE -> store; LOAD of INP or WGT -> load; everything else
+(LOAD of UOP or ACC, GEMM, ALU, FINISH) -> compute.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from accel.config import INSN_BITS
+from accel.isa import MemType, Opcode
+from accel.isa import Module as IsaModule
+from hw.dram import dram_port
+from hw.params import RtlParams
+from hw.sram import SramBuffer
+
+__all__ = ["Fetch"]
+
+QUEUES = tuple(mod.name.lower() for mod in IsaModule)
+"""Command queues in :class:`accel.isa.Module` order: load, compute, store."""
+
+
+class Fetch(wiring.Component):
+    """Fetch and dispatch.
+
+    Parameters
+    ----------
+    params
+        RTL parameters of the config.
+
+    Ports
+    -----
+    start : In
+        Begin fetching ``insn_count`` instructions from byte ``insn_addr``.
+    insn_addr : In
+        Byte address of the first instruction (16-byte aligned).
+    insn_count : In
+        Number of instructions.
+    dram : Out(DramPort)
+        Read requests.
+    cmd_load, cmd_compute, cmd_store : Out(stream)
+        Instructions to the command queues.
+    room_load, room_compute, room_store : In
+        The queue accepts a pending put this cycle (``CommandQueue.room``).
+    busy : Out
+        Instructions remain to be fetched or dispatched.
+    """
+
+    def __init__(self, params: RtlParams) -> None:
+        self._p = params
+        members: dict[str, object] = {
+            "start": In(1),
+            "insn_addr": In(params.dram_addr_bits),
+            "insn_count": In(32),
+            "dram": Out(dram_port(params)),
+            "busy": Out(1),
+        }
+        for q in QUEUES:
+            members[f"cmd_{q}"] = Out(stream.Signature(params.insn_layout))
+            members[f"room_{q}"] = In(1)
+        super().__init__(members)
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p = self._p
+        g = p.insn_buffer
+        batch = p.fetch_batch
+        bpc = p.cfg.dram.bytes_per_cycle
+        m.submodules.buffer = buf = SramBuffer(g)
+
+        ptr = Signal(p.dram_addr_bits)
+        left = Signal(32)
+        k = Signal(range(batch + 1))
+        j = Signal(range(batch + 1))
+        pend = Signal()
+        pq = Signal(range(len(QUEUES)))
+        beats_left = Signal(p.burst_bytes_bits)
+        wr_ptr = Signal(range(batch + 1))
+        beat_in = Signal(range(g.beats_per_elem + 1))
+        shreg = Signal(p.beat_bits * max(1, g.beats_per_elem - 1))
+
+        rooms = [getattr(self, f"room_{q}") for q in QUEUES]
+        room_sel = Signal()
+        for i, room in enumerate(rooms):
+            with m.If(pq == i):
+                m.d.comb += room_sel.eq(room)
+        ok = Signal()
+        m.d.comb += ok.eq(~pend | room_sel)
+
+        k_now = Signal(range(batch + 1))
+        m.d.comb += [
+            k_now.eq(Mux(left > batch, batch, left)),
+            self.dram.req.payload.addr.eq(ptr),
+            self.dram.req.payload.bytes.eq(k_now * (INSN_BITS // 8)),
+            self.dram.req.payload.write.eq(0),
+            self.dram.wr_data.eq(0),
+        ]
+        granted = Signal()
+        m.d.comb += granted.eq(self.dram.req.valid & self.dram.req.ready)
+        beat = Signal()
+        m.d.comb += beat.eq(self.dram.rsp_valid)
+
+        # Route the instruction at the buffer's read port.
+        word = Signal(p.insn_layout)
+        m.d.comb += word.eq(buf.r.data[:p.insn_bits])
+        opcode = word.raw[:3]
+        mem_type = word.mem.mem_type
+        target = Signal(range(len(QUEUES)))
+        with m.If(opcode == int(Opcode.STORE)):
+            m.d.comb += target.eq(QUEUES.index("store"))
+        with m.Elif((opcode == int(Opcode.LOAD))
+                    & ((mem_type == int(MemType.INP)) | (mem_type == int(MemType.WGT)))):
+            m.d.comb += target.eq(QUEUES.index("load"))
+        with m.Else():
+            m.d.comb += target.eq(QUEUES.index("compute"))
+        dispatch = Signal()
+        for i, q in enumerate(QUEUES):
+            port = getattr(self, f"cmd_{q}")
+            m.d.comb += [port.payload.eq(word), port.valid.eq(dispatch & (target == i))]
+
+        read_at = Signal(range(batch + 1))
+        m.d.comb += buf.r.addr.eq(read_at)
+        m.d.comb += read_at.eq(j)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.start & (self.insn_count != 0)):
+                    m.d.sync += [ptr.eq(self.insn_addr), left.eq(self.insn_count), pend.eq(0)]
+                    m.next = "REQ"
+            with m.State("REQ"):
+                m.d.comb += [self.busy.eq(1), self.dram.req.valid.eq(ok)]
+                with m.If(granted):
+                    m.d.sync += [
+                        k.eq(k_now), j.eq(0), wr_ptr.eq(0), beat_in.eq(0), pend.eq(0),
+                        beats_left.eq((k_now * (INSN_BITS // 8) + bpc - 1)
+                                      >> (bpc - 1).bit_length()),
+                    ]
+                    m.next = "XFER"
+            with m.State("XFER"):
+                m.d.comb += self.busy.eq(1)
+                with m.If(beat):
+                    m.d.sync += beats_left.eq(beats_left - 1)
+                    with m.If(beats_left == 1):
+                        m.d.comb += read_at.eq(0)
+                        m.next = "DISPATCH"
+            with m.State("DISPATCH"):
+                m.d.comb += [self.busy.eq(1), dispatch.eq(ok)]
+                with m.If(ok):
+                    m.d.comb += read_at.eq(j + 1)
+                    m.d.sync += [
+                        pend.eq(1), pq.eq(target), j.eq(j + 1),
+                        ptr.eq(ptr + INSN_BITS // 8), left.eq(left - 1),
+                    ]
+                    with m.If(j == k - 1):
+                        with m.If(left == 1):
+                            m.next = "IDLE"
+                        with m.Else():
+                            m.next = "REQ"
+
+        # Beats -> instruction buffer.
+        with m.If(beat):
+            if g.lanes > 1:
+                m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(-1),
+                             buf.w.data.eq(self.dram.rsp_data)]
+                m.d.sync += wr_ptr.eq(wr_ptr + g.lanes)
+            elif g.beats_per_elem > 1:
+                w = p.beat_bits
+                m.d.sync += shreg.eq(Cat(shreg[w:], self.dram.rsp_data))
+                with m.If(beat_in == g.beats_per_elem - 1):
+                    m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(1),
+                                 buf.w.data.eq(Cat(shreg, self.dram.rsp_data))]
+                    m.d.sync += [wr_ptr.eq(wr_ptr + 1), beat_in.eq(0)]
+                with m.Else():
+                    m.d.sync += beat_in.eq(beat_in + 1)
+            else:
+                m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(1),
+                             buf.w.data.eq(self.dram.rsp_data)]
+                m.d.sync += wr_ptr.eq(wr_ptr + 1)
+        return m

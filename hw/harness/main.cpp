@@ -1,0 +1,233 @@
+// Verilator harness of the accel RTL: runs one program image to FINISH.
+//
+// The DRAM model is hw/dram_model.py's, cycle for cycle: one transaction at a time; a request
+// accepted in cycle g is answered with ceil(bytes / bpc) beats in cycles g + latency, ...;
+// read beats carry bytes addr + j * bpc ...; write beats store wr_data's first bytes.
+//
+// Usage: accel_sim IMAGE LATENCY BYTES_PER_CYCLE INSN_ADDR INSN_COUNT MAX_CYCLES [VCD]
+// The image file is read, modified by the program's stores and written back. One JSON line
+// with the counters goes to stdout. Exit status 3: not finished within MAX_CYCLES; 4: a DRAM
+// access outside the image; 2: bad arguments or files.
+//
+// accel_params.h (generated) defines REQ_ADDR_LSB/BITS, REQ_BYTES_LSB/BITS, REQ_WRITE_LSB.
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "Vaccel_sim.h"
+#include "accel_params.h"
+#include "verilated.h"
+#if VM_TRACE
+#include "verilated_vcd_c.h"
+#endif
+
+namespace {
+
+// Beat data: integral ports up to 64 bits, VlWide above.
+template <typename T>
+typename std::enable_if<std::is_integral<T>::value>::type set_beat(T& port, const uint8_t* src,
+                                                                   size_t n) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= static_cast<uint64_t>(src[i]) << (8 * i);
+    port = static_cast<T>(v);
+}
+
+template <typename T>
+typename std::enable_if<std::is_integral<T>::value>::type get_beat(const T& port, uint8_t* dst,
+                                                                   size_t n) {
+    uint64_t v = static_cast<uint64_t>(port);
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+
+template <std::size_t N>
+void set_beat(VlWide<N>& port, const uint8_t* src, size_t n) {
+    for (std::size_t w = 0; w < N; ++w) port[w] = 0;
+    for (size_t i = 0; i < n; ++i) port[i / 4] |= static_cast<uint32_t>(src[i]) << (8 * (i % 4));
+}
+
+template <std::size_t N>
+void get_beat(const VlWide<N>& port, uint8_t* dst, size_t n) {
+    for (size_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>(port[i / 4] >> (8 * (i % 4)));
+}
+
+template <typename T>
+uint64_t field(const T& payload, int lsb, int bits) {
+    uint64_t v = static_cast<uint64_t>(payload) >> lsb;
+    return bits >= 64 ? v : (v & ((uint64_t(1) << bits) - 1));
+}
+
+struct Txn {
+    bool active = false;
+    uint64_t start = 0, addr = 0, bytes = 0, beats = 0;
+    bool write = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 7) {
+        std::fprintf(stderr, "usage: %s IMAGE LATENCY BPC INSN_ADDR INSN_COUNT MAX_CYCLES [VCD]\n",
+                     argv[0]);
+        return 2;
+    }
+    const char* image_path = argv[1];
+    const uint64_t latency = std::strtoull(argv[2], nullptr, 10);
+    const uint64_t bpc = std::strtoull(argv[3], nullptr, 10);
+    const uint64_t insn_addr = std::strtoull(argv[4], nullptr, 10);
+    const uint64_t insn_count = std::strtoull(argv[5], nullptr, 10);
+    const uint64_t max_cycles = std::strtoull(argv[6], nullptr, 10);
+    const char* vcd_path = argc > 7 ? argv[7] : nullptr;
+
+    std::vector<uint8_t> image;
+    {
+        FILE* f = std::fopen(image_path, "rb");
+        if (!f) { std::perror(image_path); return 2; }
+        std::fseek(f, 0, SEEK_END);
+        long size = std::ftell(f);
+        std::fseek(f, 0, SEEK_SET);
+        image.resize(static_cast<size_t>(size));
+        if (size && std::fread(image.data(), 1, image.size(), f) != image.size()) {
+            std::perror(image_path);
+            return 2;
+        }
+        std::fclose(f);
+    }
+
+    auto ctx = std::make_unique<VerilatedContext>();
+    ctx->commandArgs(1, argv);
+    auto top = std::make_unique<Vaccel_sim>(ctx.get());
+#if VM_TRACE
+    std::unique_ptr<VerilatedVcdC> vcd;
+    if (vcd_path) {
+        ctx->traceEverOn(true);
+        vcd = std::make_unique<VerilatedVcdC>();
+        top->trace(vcd.get(), 99);
+        vcd->open(vcd_path);
+    }
+#else
+    (void)vcd_path;
+#endif
+    // One cycle: inputs are set with clk low and evaluated (outputs settle), then the rising
+    // edge. The falling edge is folded into the next cycle's input evaluation.
+    uint64_t time_ps = 0;
+    auto edge = [&]() {
+        top->clk = 1;
+        top->eval();
+#if VM_TRACE
+        if (vcd) vcd->dump(time_ps + 5000);
+#endif
+        top->clk = 0;
+        time_ps += 10000;
+    };
+    auto settle = [&]() {
+        top->eval();
+#if VM_TRACE
+        if (vcd) vcd->dump(time_ps);
+#endif
+    };
+
+    top->clk = 0;
+    top->rst = 1;
+    top->start = 0;
+    top->req_ready = 1;
+    top->rsp_valid = 0;
+    settle();
+    edge();
+    top->rst = 0;
+    top->insn_addr = insn_addr;
+    top->insn_count = static_cast<uint32_t>(insn_count);
+    top->start = 1;
+    settle();
+    edge();
+    top->start = 0;
+
+    Txn t;
+    uint64_t bytes_read = 0, bytes_written = 0, transactions = 0;
+    uint64_t cycle = 0;
+    int status = 0;
+    uint64_t cycles = 0;
+    std::vector<uint8_t> beat(bpc);
+    while (true) {
+        bool have_beat = false;
+        uint64_t j = 0;
+        if (t.active && cycle >= t.start + latency) {
+            j = cycle - t.start - latency;
+            have_beat = j < t.beats;
+        }
+        top->rsp_valid = have_beat;
+        uint64_t lo = 0, n = 0;
+        if (have_beat) {
+            lo = t.addr + j * bpc;
+            n = std::min<uint64_t>(bpc, t.addr + t.bytes - lo);
+            if (!t.write) {
+                std::memset(beat.data(), 0, bpc);
+                std::memcpy(beat.data(), image.data() + lo, n);
+                set_beat(top->rsp_data, beat.data(), bpc);
+            }
+        }
+        settle();
+        if (have_beat && t.write) {
+            get_beat(top->wr_data, beat.data(), bpc);
+            std::memcpy(image.data() + lo, beat.data(), n);
+        }
+        if (t.active && cycle + 1 >= t.start + latency + t.beats) t.active = false;
+        if (top->req_valid) {
+            uint64_t addr = field(top->req_payload, REQ_ADDR_LSB, REQ_ADDR_BITS);
+            uint64_t bytes = field(top->req_payload, REQ_BYTES_LSB, REQ_BYTES_BITS);
+            bool write = field(top->req_payload, REQ_WRITE_LSB, 1) != 0;
+            if (t.active || bytes == 0 || addr + bytes > image.size()) {
+                std::fprintf(stderr,
+                             "cycle %llu: bad DRAM %s of %llu bytes at %llu (image %zu bytes%s)\n",
+                             (unsigned long long)cycle, write ? "write" : "read",
+                             (unsigned long long)bytes, (unsigned long long)addr, image.size(),
+                             t.active ? ", transaction running" : "");
+                status = 4;
+                break;
+            }
+            t.active = true;
+            t.start = cycle;
+            t.addr = addr;
+            t.bytes = bytes;
+            t.beats = (bytes + bpc - 1) / bpc;
+            t.write = write;
+            ++transactions;
+            (write ? bytes_written : bytes_read) += bytes;
+        }
+        if (top->done) {
+            cycles = top->cycles;
+            break;
+        }
+        if (cycle >= max_cycles) {
+            std::fprintf(stderr, "the RTL did not finish within %llu cycles (deadlock?)\n",
+                         (unsigned long long)max_cycles);
+            status = 3;
+            break;
+        }
+        edge();
+        ++cycle;
+    }
+#if VM_TRACE
+    if (vcd) vcd->close();
+#endif
+    top->final();
+    if (status) return status;
+    {
+        FILE* f = std::fopen(image_path, "wb");
+        if (!f || std::fwrite(image.data(), 1, image.size(), f) != image.size()) {
+            std::perror(image_path);
+            return 2;
+        }
+        std::fclose(f);
+    }
+    std::printf(
+        "{\"cycles\": %llu, \"dram_bytes_read\": %llu, \"dram_bytes_written\": %llu, "
+        "\"dram_transactions\": %llu}\n",
+        (unsigned long long)cycles, (unsigned long long)bytes_read,
+        (unsigned long long)bytes_written, (unsigned long long)transactions);
+    return 0;
+}

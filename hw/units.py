@@ -1,0 +1,175 @@
+"""The load and store modules: dependency control plus a DMA engine each."""
+
+from __future__ import annotations
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from accel.isa import MemType
+from hw.control import RANK_BITS, DepControl
+from hw.dma import LoadEngine, StoreEngine
+from hw.dram import REQUESTERS, dram_port
+from hw.params import RtlParams
+from hw.queues import token_stream
+from hw.sram import BufferRead, BufferWrite
+
+__all__ = ["LoadUnit", "StoreUnit"]
+
+
+class LoadUnit(wiring.Component):
+    """Runs LOAD INP / LOAD WGT: 2-D strided DMA with zero padding into the inp/wgt buffers.
+
+    Parameters
+    ----------
+    params
+        RTL parameters of the config.
+
+    Ports
+    -----
+    cmd : In(stream)
+        The load command queue.
+    c2l : In(token stream)
+        Tokens compute->load (``pop_next``).
+    c2l_hint : Out
+        The ``c2l`` pop this module would make if its pending push were not accepted this
+        cycle (see :mod:`hw.control`).
+    l2c : Out(token stream)
+        Tokens load->compute (``push_next``).
+    l2c_level, l2c_room : In
+        Level of the ``l2c`` queue and whether a pending push is accepted this cycle.
+    dram : Out(DramPort)
+        DRAM reads.
+    wr_inp, wr_wgt : Out(BufferWrite)
+        Buffer writes.
+    issue, retire : Out
+        Decode cycle / last cycle of an instruction (for tracing).
+    rank, after : Out
+        Event level and releasing modules of the last decode, for the DRAM arbiter.
+    """
+
+    def __init__(self, params: RtlParams) -> None:
+        self._p = params
+        depth = params.token_depth
+        super().__init__({
+            "cmd": In(stream.Signature(params.insn_layout)),
+            "c2l": In(token_stream()),
+            "c2l_hint": Out(1),
+            "l2c": Out(token_stream()),
+            "l2c_level": In(range(depth + 2)),
+            "l2c_room": In(1),
+            "dram": Out(dram_port(params)),
+            "wr_inp": Out(BufferWrite(params.buffers["inp"])),
+            "wr_wgt": Out(BufferWrite(params.buffers["wgt"])),
+            "issue": Out(1),
+            "retire": Out(1),
+            "rank": Out(RANK_BITS),
+            "after": Out(len(REQUESTERS)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p = self._p
+        m.submodules.control = ctrl = DepControl(
+            p.insn_layout, pops=("pop_next",), pushes=("push_next",), token_depth=p.token_depth)
+        m.submodules.engine = eng = LoadEngine(p, (MemType.INP, MemType.WGT))
+        wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
+        wiring.connect(m, wiring.flipped(self.c2l), ctrl.pop_next)
+        wiring.connect(m, ctrl.push_next, wiring.flipped(self.l2c))
+        wiring.connect(m, eng.dram, wiring.flipped(self.dram))
+        wiring.connect(m, eng.wr_inp, wiring.flipped(self.wr_inp))
+        wiring.connect(m, eng.wr_wgt, wiring.flipped(self.wr_wgt))
+        m.d.comb += [
+            self.c2l_hint.eq(ctrl.pop_next_hint),
+            ctrl.push_next_level.eq(self.l2c_level),
+            ctrl.push_next_room.eq(self.l2c_room),
+            eng.start.eq(ctrl.start),
+            eng.insn.eq(ctrl.insn.mem),
+            ctrl.last.eq(eng.last),
+            self.issue.eq(ctrl.start),
+            self.retire.eq(eng.last),
+        ]
+        with m.If(ctrl.start):
+            m.d.sync += [
+                self.rank.eq(ctrl.rank),
+                self.after.eq(ctrl.pop_next_fresh << REQUESTERS.index("compute")),
+            ]
+        return m
+
+
+class StoreUnit(wiring.Component):
+    """Runs STORE OUT: 2-D strided DMA from the out buffer to DRAM.
+
+    Parameters
+    ----------
+    params
+        RTL parameters of the config.
+
+    Ports
+    -----
+    cmd : In(stream)
+        The store command queue.
+    c2s : In(token stream)
+        Tokens compute->store (``pop_prev``).
+    c2s_hint : Out
+        The ``c2s`` pop this module would make if its pending push were not accepted this
+        cycle.
+    s2c : Out(token stream)
+        Tokens store->compute (``push_prev``).
+    s2c_level, s2c_room : In
+        Level of the ``s2c`` queue and whether a pending push is accepted this cycle.
+    dram : Out(DramPort)
+        DRAM writes.
+    rd_out : Out(BufferRead)
+        Out-buffer reads.
+    issue, retire : Out
+        Decode cycle / last cycle of an instruction (for tracing).
+    rank, after : Out
+        Event level and releasing modules of the last decode, for the DRAM arbiter.
+    """
+
+    def __init__(self, params: RtlParams) -> None:
+        self._p = params
+        depth = params.token_depth
+        super().__init__({
+            "cmd": In(stream.Signature(params.insn_layout)),
+            "c2s": In(token_stream()),
+            "c2s_hint": Out(1),
+            "s2c": Out(token_stream()),
+            "s2c_level": In(range(depth + 2)),
+            "s2c_room": In(1),
+            "dram": Out(dram_port(params)),
+            "rd_out": Out(BufferRead(params.buffers["out"])),
+            "issue": Out(1),
+            "retire": Out(1),
+            "rank": Out(RANK_BITS),
+            "after": Out(len(REQUESTERS)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p = self._p
+        m.submodules.control = ctrl = DepControl(
+            p.insn_layout, pops=("pop_prev",), pushes=("push_prev",), token_depth=p.token_depth)
+        m.submodules.engine = eng = StoreEngine(p)
+        wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
+        wiring.connect(m, wiring.flipped(self.c2s), ctrl.pop_prev)
+        wiring.connect(m, ctrl.push_prev, wiring.flipped(self.s2c))
+        wiring.connect(m, eng.dram, wiring.flipped(self.dram))
+        wiring.connect(m, eng.rd, wiring.flipped(self.rd_out))
+        m.d.comb += [
+            self.c2s_hint.eq(ctrl.pop_prev_hint),
+            ctrl.push_prev_level.eq(self.s2c_level),
+            ctrl.push_prev_room.eq(self.s2c_room),
+            eng.start.eq(ctrl.start),
+            eng.insn.eq(ctrl.insn.mem),
+            ctrl.last.eq(eng.last),
+            self.issue.eq(ctrl.start),
+            self.retire.eq(eng.last),
+        ]
+        with m.If(ctrl.start):
+            m.d.sync += [
+                self.rank.eq(ctrl.rank),
+                self.after.eq(ctrl.pop_prev_fresh << REQUESTERS.index("compute")),
+            ]
+        return m

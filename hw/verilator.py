@@ -1,0 +1,148 @@
+"""The Verilator engine of the ``rtl`` backend.
+
+The generated Verilog, a thin wrapper with plain port names and ``hw/harness/main.cpp`` (the
+DRAM model of :mod:`hw.dram_model` in C++) are compiled once per config and design version
+into ``$ACCEL_CACHE_DIR/verilator/<config name>-<design hash>[-trace]/`` (default
+``~/.cache/accel``). The DRAM image travels to the harness as a binary file and back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from accel.config import HwConfig
+from hw.backend import RtlRun, cache_dir
+from hw.dram import dram_request_layout
+from hw.params import RtlParams
+from hw.top import CYCLE_BITS
+
+__all__ = ["build_model", "simulate", "wrapper_verilog"]
+
+HARNESS = Path(__file__).with_name("harness") / "main.cpp"
+SIM_TOP = "accel_sim"
+
+
+def wrapper_verilog(cfg: HwConfig) -> str:
+    """A Verilog module ``accel_sim`` around ``accel_top`` with C++-friendly port names."""
+    p = RtlParams.of(cfg)
+    req_bits = dram_request_layout(p.dram_addr_bits, p.burst_bytes_bits).size
+    w = p.beat_bits
+    return f"""module {SIM_TOP}(
+  input clk, input rst, input start,
+  input [{p.dram_addr_bits - 1}:0] insn_addr, input [31:0] insn_count,
+  output done, output [{CYCLE_BITS - 1}:0] cycles,
+  output req_valid, input req_ready, output [{req_bits - 1}:0] req_payload,
+  input rsp_valid, input [{w - 1}:0] rsp_data, output [{w - 1}:0] wr_data);
+  accel_top u_accel(
+    .clk(clk), .rst(rst), .start(start), .insn_addr(insn_addr), .insn_count(insn_count),
+    .done(done), .cycles(cycles),
+    .dram__req__valid(req_valid), .dram__req__ready(req_ready),
+    .dram__req__payload(req_payload), .dram__rsp_valid(rsp_valid),
+    .dram__rsp_data(rsp_data), .dram__wr_data(wr_data));
+endmodule
+"""
+
+
+def _params_header(cfg: HwConfig) -> str:
+    p = RtlParams.of(cfg)
+    layout = dram_request_layout(p.dram_addr_bits, p.burst_bytes_bits)
+    return (
+        f"#define REQ_ADDR_LSB {layout['addr'].offset}\n"
+        f"#define REQ_ADDR_BITS {p.dram_addr_bits}\n"
+        f"#define REQ_BYTES_LSB {layout['bytes'].offset}\n"
+        f"#define REQ_BYTES_BITS {p.burst_bytes_bits}\n"
+        f"#define REQ_WRITE_LSB {layout['write'].offset}\n"
+    )
+
+
+def build_model(cfg: HwConfig, trace: bool = False) -> Path:
+    """Compile (or find in the cache) the Verilator model of ``cfg``; returns the executable.
+
+    Raises
+    ------
+    RuntimeError
+        ``verilator`` is not installed or the build failed (the message ends with its log).
+    """
+    from hw.export import verilog_text
+
+    if not shutil.which("verilator"):
+        raise RuntimeError(
+            "engine 'verilator' needs the verilator program (Debian: apt-get install verilator)")
+    design = verilog_text(cfg)
+    wrapper = wrapper_verilog(cfg)
+    header = _params_header(cfg)
+    digest = hashlib.sha1(
+        (design + wrapper + header + HARNESS.read_text()).encode()).hexdigest()[:10]
+    folder = cache_dir("verilator") / f"{cfg.name}-{digest}{'-trace' if trace else ''}"
+    exe = folder / SIM_TOP
+    if exe.exists():
+        return exe
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    try:
+        (tmp / "design.v").write_text(design)
+        (tmp / "wrapper.v").write_text(wrapper)
+        (tmp / "accel_params.h").write_text(header)
+        shutil.copy(HARNESS, tmp / "main.cpp")
+        cmd = [
+            "verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 1),
+            "--top-module", SIM_TOP, "-Wno-fatal", "-Wno-lint", "-Wno-style",
+            "--x-assign", "fast", "--x-initial", "fast", "-O3",
+            "-CFLAGS", f"-O2 -I{tmp}", "-o", SIM_TOP, "--Mdir", str(tmp / "obj"),
+            "design.v", "wrapper.v", "main.cpp",
+        ]
+        if trace:
+            cmd.insert(1, "--trace")
+        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            raise RuntimeError(f"verilator build failed:\n{tail}")
+        shutil.move(str(tmp / "obj" / SIM_TOP), str(tmp / SIM_TOP))
+        shutil.rmtree(tmp / "obj", ignore_errors=True)
+        try:
+            tmp.rename(folder)
+        except OSError:  # built concurrently by another process: use theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return exe
+
+
+def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
+             max_cycles: int = 50_000_000) -> tuple[int, dict[str, Any]]:
+    """Run the prepared image on the compiled model; returns ``(cycles, stats)``.
+
+    Raises
+    ------
+    RuntimeError
+        The build failed, the run did not finish within ``max_cycles``, or the RTL accessed
+        DRAM outside the image.
+    """
+    exe = build_model(cfg, trace=vcd is not None)
+    with tempfile.TemporaryDirectory(prefix="accel-rtl-") as tmp:
+        image = Path(tmp) / "dram.bin"
+        image.write_bytes(run.image.tobytes())
+        args = [str(exe), str(image), str(cfg.dram.latency), str(cfg.dram.bytes_per_cycle),
+                str(run.insn_addr), str(run.insn_count), str(max_cycles)]
+        if vcd is not None:
+            args.append(str(vcd))
+        t0 = time.perf_counter()
+        proc = subprocess.run(args, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"verilator model failed (exit {proc.returncode}): "
+                               f"{proc.stderr.strip()}")
+        stats: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        data = image.read_bytes()
+    run.image[:] = memoryview(data)
+    cycles = int(stats.pop("cycles"))
+    stats["wall_s"] = wall
+    return cycles, stats

@@ -1,0 +1,365 @@
+# amaranth: UnusedElaboratable=no
+"""RTL components: structural facts from the config, error text, async testbenches vs models."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+import numpy as np
+import pytest
+from amaranth.hdl import Const, Shape
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from accel import load_config
+from accel.config import HwConfig
+from accel.isa import AluOp, IsaLayout, MemType, Opcode
+from hw.compute import GemmCore, alu_op
+from hw.control import DepControl
+from hw.dram import REQUESTERS, DramArbiter, DramPort
+from hw.params import RtlParams, check_rtl_config, format_layout
+from hw.queues import CommandQueue, TokenQueue
+from hw.sram import SramBuffer
+from hw.top import Accelerator
+from sim.functional import alu_apply
+
+
+def exact(message: str) -> str:
+    """A ``match=`` pattern for exactly ``message``."""
+    return "^" + re.escape(message) + "$"
+
+
+def run_bench(dut: wiring.Component, bench: object, *, processes: tuple = ()) -> None:
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    for p in processes:
+        sim.add_process(p)
+    sim.run()
+
+
+# ---------------------------------------------------------------------- structure
+def width(member: object) -> int:
+    return Shape.cast(member.shape).width  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["tiny", "default", "vta_1x16x16"])
+def test_top_signature_follows_config(name: str) -> None:
+    cfg = load_config(name)
+    top = Accelerator(cfg)
+    members = top.signature.members
+    dram = members["dram"].signature.members
+    assert width(dram["rsp_data"]) == cfg.dram.bytes_per_cycle * 8
+    assert width(dram["wr_data"]) == cfg.dram.bytes_per_cycle * 8
+    p = RtlParams.of(cfg)
+    req = dram["req"].signature.members["payload"].shape
+    assert Shape.cast(req["bytes"].shape).width == cfg.dram.max_burst.bit_length()
+    assert width(members["insn_addr"]) == p.dram_addr_bits
+    assert width(members["insn_count"]) == 32
+    # Buffers: one bank per element a DRAM beat carries.
+    beat = cfg.dram.bytes_per_cycle
+    for buf in ("uop", "inp", "wgt", "acc", "out"):
+        g = p.buffers[buf]
+        assert g.depth == cfg.depth(buf)
+        assert g.lanes == max(1, beat // cfg.tile_bytes(buf))
+        assert g.beats_per_elem == max(1, cfg.tile_bytes(buf) // beat)
+    assert p.buffers["uop"].store_bits == cfg.uop_bits
+
+
+def test_instruction_layout_is_generated_from_isa_layout(tiny: HwConfig, cfg: HwConfig) -> None:
+    for c in (tiny, cfg):
+        isa = IsaLayout.of(c)
+        p = RtlParams.of(c)
+        for fmt in isa.formats.values():
+            layout = format_layout(fmt, p.insn_bits)
+            assert layout.size == p.insn_bits
+            for f in fmt.fields:
+                assert layout[f.name].offset == f.lsb
+                assert Shape.cast(layout[f.name].shape).width == f.width
+                assert Shape.cast(layout[f.name].shape).signed == f.signed
+        assert p.insn_layout["gemm"].shape["uop_end"].offset \
+            == isa.formats[Opcode.GEMM].field("uop_end").lsb
+        assert p.uop_layout["wgt"].offset == c.acc_index_bits + c.src_index_bits
+
+
+def test_queue_signatures() -> None:
+    q = CommandQueue(40, 16)
+    assert width(q.signature.members["level"]) == 5             # 0..17
+    assert width(q.signature.members["w"].signature.members["payload"]) == 40
+    t = TokenQueue(8)
+    assert width(t.signature.members["level"]) == 4             # 0..9
+    assert t.depth == 8
+
+
+def test_arbiter_and_dram_port_signatures() -> None:
+    arb = DramArbiter(36, 7, 64)
+    assert set(REQUESTERS) <= set(arb.signature.members)
+    assert arb.signature.members["fetch"].signature == DramPort(36, 7, 64).flip()
+
+
+# ---------------------------------------------------------------------- error text
+def test_rtl_config_checks(tiny: HwConfig) -> None:
+    with pytest.raises(ValueError, match=re.escape(
+            "gemm.depth must be at least 4 cycles for ii=1 (results are written 5 cycles "
+            "after the micro-op read), not 3")):
+        check_rtl_config(tiny.replace(**{"gemm.depth": 3}))
+    with pytest.raises(ValueError, match=re.escape(
+            "alu.depth must be at least 4 cycles for ii=2 (results are written 6 cycles "
+            "after the micro-op read), not 3")):
+        check_rtl_config(tiny.replace(**{"alu.depth": 3}))
+    with pytest.raises(ValueError, match=re.escape(
+            "alu.ii must be at least 2 (two acc reads per micro-op through one port), not 1")):
+        check_rtl_config(tiny.replace(**{"alu.ii": 1, "alu.depth": 8}))
+    with pytest.raises(ValueError, match=re.escape(
+            "dram.latency must be at least 1 cycle for the registered DRAM port, not 0")):
+        Accelerator(tiny.replace(**{"dram.latency": 0}))
+    with pytest.raises(TypeError, match=exact("cfg must be a HwConfig, not str")):
+        Accelerator("tiny")  # type: ignore[arg-type]
+
+
+def test_component_parameter_errors(tiny: HwConfig) -> None:
+    with pytest.raises(ValueError, match=exact("depth must be a positive integer, not 0")):
+        CommandQueue(8, 0)
+    with pytest.raises(TypeError, match=exact("depth must be an integer, not '4'")):
+        TokenQueue("4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=exact("beat_bits must be a power of two >= 8, not 48")):
+        DramArbiter(32, 8, 48)
+    p = RtlParams.of(tiny)
+    with pytest.raises(ValueError, match=re.escape(
+            "pops must be a subset of ('pop_prev', 'pop_next'), not ('pop',)")):
+        DepControl(p.insn_layout, pops=("pop",), pushes=(), token_depth=4)
+
+
+# ---------------------------------------------------------------------- behaviour
+def test_sram_buffer_banked_writes_and_reads(tiny: HwConfig) -> None:
+    p = RtlParams.of(tiny)
+    g = p.buffers["inp"]                       # 4-byte tiles, 8-byte beats: 2 lanes
+    assert g.lanes == 2
+    dut = SramBuffer(g)
+    rng = np.random.default_rng(5)
+    model = np.zeros(g.depth, dtype=np.uint64)
+
+    async def bench(ctx: object) -> None:
+        for _ in range(200):
+            addr = int(rng.integers(0, g.depth - 1))
+            en = int(rng.integers(0, 4))
+            lanes = [int(rng.integers(0, 2**32)) for _ in range(2)]
+            raddr = int(rng.integers(0, g.depth - 1))
+            ctx.set(dut.w.addr, addr)
+            ctx.set(dut.w.en, en)
+            ctx.set(dut.w.data, lanes[0] | lanes[1] << 32)
+            ctx.set(dut.r.addr, raddr)
+            await ctx.tick()
+            for i in range(2):
+                if en >> i & 1:
+                    model[addr + i] = lanes[i]
+            # Read data is the pre-edge address's, with this edge's writes visible.
+            got = ctx.get(dut.r.data)
+            assert got & 0xFFFFFFFF == model[raddr]
+            assert got >> 32 == model[raddr + 1]
+            ctx.set(dut.w.en, 0)
+
+    run_bench(dut, bench)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_command_queue_matches_a_deque(depth: int) -> None:
+    dut = CommandQueue(16, depth)
+    rng = np.random.default_rng(7)
+
+    async def bench(ctx: object) -> None:
+        model: deque[int] = deque()
+        counter = 0
+        for _ in range(400):
+            push = bool(rng.integers(0, 2)) and len(model) < depth + 1
+            pop = bool(rng.integers(0, 2))
+            ctx.set(dut.w.valid, push)
+            ctx.set(dut.w.payload, counter)
+            ctx.set(dut.r.ready, pop)
+            assert ctx.get(dut.level) == len(model)
+            assert ctx.get(dut.r.valid) == bool(model)
+            if model:
+                assert ctx.get(dut.r.payload) == model[0]
+            popped = pop and bool(model)
+            assert ctx.get(dut.room) == (len(model) <= depth or popped)
+            await ctx.tick()
+            if popped:
+                model.popleft()
+            if push:
+                model.append(counter)
+                counter += 1
+
+    run_bench(dut, bench)
+
+
+def test_token_queue_counts_and_holds() -> None:
+    dut = TokenQueue(2)
+
+    async def bench(ctx: object) -> None:
+        ctx.set(dut.pop.ready, 1)
+        assert not ctx.get(dut.pop.valid)
+        ctx.set(dut.push.valid, 1)
+        ctx.set(dut.push.payload, 2)
+        await ctx.tick()
+        ctx.set(dut.push.valid, 0)
+        # A token pushed at the last edge is visible, with its put level.
+        assert ctx.get(dut.pop.valid) and ctx.get(dut.pop.payload) == 2
+        ctx.set(dut.pop.ready, 0)
+        await ctx.tick()
+        assert ctx.get(dut.pop.payload) == 0           # no longer fresh
+        ctx.set(dut.hold, 1)                           # now a second, held token
+        ctx.set(dut.push.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.push.valid, 0)
+        assert ctx.get(dut.level) == 2
+        ctx.set(dut.pop.ready, 1)
+        assert ctx.get(dut.pop.valid)                  # the old one
+        await ctx.tick()
+        assert ctx.get(dut.level) == 1
+        assert not ctx.get(dut.pop.valid)              # only the held one is left
+        ctx.set(dut.release, 1)
+        assert ctx.get(dut.pop.valid)
+        await ctx.tick()
+        assert ctx.get(dut.level) == 0
+
+    run_bench(dut, bench)
+
+
+def test_token_queue_room_is_level_or_pop() -> None:
+    dut = TokenQueue(1)
+
+    async def bench(ctx: object) -> None:
+        ctx.set(dut.push.valid, 1)
+        await ctx.tick()
+        await ctx.tick()
+        ctx.set(dut.push.valid, 0)
+        assert ctx.get(dut.level) == 2                 # one over: the producer waits
+        assert not ctx.get(dut.room)
+        ctx.set(dut.pop.ready, 1)
+        assert ctx.get(dut.room)                       # ... until the consumer pops
+
+    run_bench(dut, bench)
+
+
+def _arbiter_model(req: list[bool], waited: list[bool], release: bool, holder: int,
+                   rank: list[int], after: list[int]) -> int | None:
+    """Plain Python statement of the arbitration rules in hw.dram."""
+    new = [r and not w for r, w in zip(req, waited, strict=True)]
+    waiting = [r and w for r, w in zip(req, waited, strict=True)]
+    if release and req[holder]:
+        cands = [w or i == holder for i, w in enumerate(waiting)]
+    else:
+        units = [i for i in range(1, 4) if new[i]]
+
+        def before(u: int, v: int) -> bool:
+            if rank[u] != rank[v]:
+                return rank[u] < rank[v]
+            return bool(after[u] >> v & 1) or (not after[v] >> u & 1 and u < v)
+
+        first = next((u for u in units if all(before(u, v) for v in units if v != u)), None)
+        cands = [w or i == first for i, w in enumerate(waiting)]
+    if not any(cands):
+        cands = [i == 0 and new[0] for i in range(4)]
+    return next((i for i, c in enumerate(cands) if c), None)
+
+
+def test_arbiter_matches_the_rules() -> None:
+    dut = DramArbiter(16, 5, 64)
+    rng = np.random.default_rng(3)
+    ports = [getattr(dut, name) for name in REQUESTERS]
+
+    async def bench(ctx: object) -> None:
+        ctx.set(dut.dram.req.ready, 1)
+        asking = [False] * 4
+        waited = [False] * 4
+        busy_beats = 0
+        release = False
+        holder = 0
+        for _ in range(400):
+            for i in range(4):
+                if not asking[i] and rng.integers(0, 3) == 0:
+                    asking[i] = True
+                ctx.set(ports[i].req.valid, asking[i])
+                ctx.set(ports[i].req.payload.bytes, 8)
+            rank = [0] + [int(rng.integers(0, 3)) for _ in range(3)]
+            after = [0] + [int(rng.integers(0, 16)) & ~(1 << i) for i in range(1, 4)]
+            for i, name in enumerate(REQUESTERS[1:], 1):
+                ctx.set(getattr(dut, f"{name}_rank"), rank[i])
+                ctx.set(getattr(dut, f"{name}_after"), after[i])
+            beat = busy_beats > 0
+            ctx.set(dut.dram.rsp_valid, beat)
+            expect = None if busy_beats else _arbiter_model(
+                asking, waited, release, holder, rank, after)
+            granted = [bool(ctx.get(p.req.ready)) for p in ports]
+            assert granted == [i == expect for i in range(4)]
+            if beat:
+                assert ctx.get(ports[holder].rsp_valid)
+            await ctx.tick()
+            release = busy_beats == 1
+            busy_beats = max(0, busy_beats - 1)
+            waited = [a and not g for a, g in zip(asking, granted, strict=True)]
+            if expect is not None:
+                holder, busy_beats = expect, 1
+                asking[expect] = False
+
+    run_bench(dut, bench)
+
+
+@pytest.mark.parametrize("op", list(AluOp))
+def test_alu_matches_functional_semantics(op: AluOp) -> None:
+    from amaranth.hdl import Module, Signal, signed
+
+    rng = np.random.default_rng(int(op))
+    m = Module()
+    a = Signal(signed(32))
+    b = Signal(signed(32))
+    res = alu_op(m, Const(int(op), 3), a, b)
+    edge = [0, 1, -1, 31, 32, -31, -32, -33, 2**31 - 1, -2**31, 100, -100]
+    cases = [(x, y) for x in edge for y in edge]
+    cases += [tuple(int(v) for v in rng.integers(-2**31, 2**31, 2)) for _ in range(100)]
+
+    async def bench(ctx: object) -> None:
+        for x, y in cases:
+            ctx.set(a, x)
+            ctx.set(b, y)
+            want = int(alu_apply(op, np.array([x], dtype=np.int32), y)[0])
+            assert ctx.get(res) == want, (op, x, y)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_gemm_core_matches_numpy(tiny: HwConfig) -> None:
+    p = RtlParams.of(tiny)
+    dut = GemmCore(p)
+    b, bi, bo = tiny.batch, tiny.block_in, tiny.block_out
+    rng = np.random.default_rng(11)
+    tiles = [(rng.integers(-128, 128, (b, bi), dtype=np.int8),
+              rng.integers(-128, 128, (bo, bi), dtype=np.int8)) for _ in range(20)]
+
+    async def bench(ctx: object) -> None:
+        for k in range(len(tiles) + 1):
+            if k < len(tiles):
+                x, w = tiles[k]
+                ctx.set(dut.inp, int.from_bytes(x.tobytes(), "little"))
+                ctx.set(dut.wgt, int.from_bytes(w.tobytes(), "little"))
+            await ctx.tick()
+            if k >= 1:
+                # Two register stages: after edge k + 1 the sums are those of tile k - 1.
+                x, w = tiles[k - 1]
+                want = (x.astype(np.int32) @ w.astype(np.int32).T).astype("<i4")
+                assert ctx.get(dut.sums) == int.from_bytes(want.tobytes(), "little")
+
+    run_bench(dut, bench)
+
+
+def test_load_engine_targets_are_checked(tiny: HwConfig) -> None:
+    from hw.dma import LoadEngine
+
+    p = RtlParams.of(tiny)
+    eng = LoadEngine(p, (MemType.INP, MemType.WGT))
+    assert {"wr_inp", "wr_wgt"} <= set(eng.signature.members)
+    with pytest.raises(ValueError, match=exact("targets must name at least one memory type")):
+        LoadEngine(p, ())

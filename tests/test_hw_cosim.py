@@ -1,0 +1,350 @@
+"""Co-simulation of the RTL with the functional and timing simulators.
+
+Every run checks three things: the DRAM image after the RTL is byte-identical to ``fsim``'s, the
+RTL's cycle count equals the timing simulator's, and (Amaranth engine) every instruction starts
+and ends in the same cycle on both.
+
+The RTL reproduces the timing simulator's DRAM arbitration, including the order in which SimPy
+serves DRAM requests made in the same cycle (``hw.control``, ``hw.dram``). That order is
+SimPy's event order within a time step, which the RTL models by event depth ("rank"), with the
+releasing module first on a tie. A tie between chains of events that start from two different
+modules finishing in the same cycle is ordered in SimPy by when those two finishing events were
+created, which the RTL does not track; there the first requests of the next cycle can be served
+in another order. The hand-written programs and the fixed example sets below must match exactly;
+the long random runs (``slow``) allow a difference of at most ``CYCLE_TOLERANCE`` of the cycles.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accel import load_config, run_program
+from accel.builder import ProgramBuilder
+from accel.config import HwConfig
+from accel.dram import Dram
+from accel.isa import AluOp, MemType
+from accel.program import Program, ProgramError
+from hw import amaranth_engine
+from hw.backend import prepare_image, run_rtl
+from hw.randprog import numpy_pick, random_program
+
+needs_verilator = pytest.mark.skipif(shutil.which("verilator") is None,
+                                     reason="verilator is not installed")
+
+
+def rtl_timeline(program: Program, dram: Dram, cfg: HwConfig
+                 ) -> tuple[int, dict[str, list[tuple[int, int]]]]:
+    """Run on the Amaranth engine; return cycles and each module's (start, end) slices."""
+    run = prepare_image(program, dram, cfg)
+    events: list[tuple[str, str, int]] = []
+    cycles, _ = amaranth_engine.simulate(cfg, run, timeline=events)
+    dram.data[:] = run.image[: run.data_bytes]
+    slices: dict[str, list[tuple[int, int]]] = {"load": [], "compute": [], "store": []}
+    start: dict[str, int] = {}
+    for module, kind, cycle in events:
+        if kind == "issue":
+            start[module] = cycle
+        if kind == "retire":
+            slices[module].append((start.pop(module), cycle + 1))
+    return cycles, slices
+
+
+CYCLE_TOLERANCE = 0.01
+"""Largest relative cycle difference allowed on the long random runs (module docstring)."""
+
+
+def cosim(program: Program, dram: Dram, exact: bool = True) -> int:
+    """Assert RTL == fsim (DRAM) and RTL == sim (cycles and timeline, or cycles within
+    ``CYCLE_TOLERANCE`` unless ``exact``); return the cycles."""
+    cfg = program.config
+    reference = dram.copy()
+    run_program(program, reference, backend="fsim")
+    timed = dram.copy()
+    sim = run_program(program, timed, backend="sim")
+    np.testing.assert_array_equal(timed.data, reference.data)
+    cycles, slices = rtl_timeline(program, dram, cfg)
+    np.testing.assert_array_equal(dram.data, reference.data)
+    expected: dict[str, list[tuple[int, int]]] = {"load": [], "compute": [], "store": []}
+    for s in sim.stats.timeline:
+        expected[s.module].append((s.start, s.end))
+    if exact:
+        assert slices == expected
+        assert cycles == sim.cycles
+    else:
+        assert abs(cycles - sim.cycles) <= CYCLE_TOLERANCE * sim.cycles, (cycles, sim.cycles)
+    return cycles
+
+
+# ---------------------------------------------------------------------- hand-written programs
+# The programs and hand-computed cycle counts of tests/test_timing.py (default config).
+def test_lone_load(cfg: HwConfig) -> None:
+    b = ProgramBuilder(cfg)
+    addr = b.tensor("inp", np.arange(32, dtype=np.int8).reshape(4, 1, 8))
+    b.load(MemType.INP, sram_base=0, dram_base=addr, x_size=4, x_stride=4, push_next=True)
+    b.finish(pop_prev=True)
+    assert cosim(*b.build()) == 75
+
+
+def chain_program(cfg: HwConfig) -> tuple[Program, Dram]:
+    rng = np.random.default_rng(1)
+    b = ProgramBuilder(cfg)
+    bi, bo = cfg.block_in, cfg.block_out
+    ia = b.tensor("inp", rng.integers(-128, 128, (4, 1, bi), dtype=np.int8))
+    wa = b.tensor("wgt", rng.integers(-128, 128, (1, bo, bi), dtype=np.int8))
+    oa = b.buffer("out", 4 * bo, bo)
+    b.uops([(i, i, 0) for i in range(4)])
+    b.load(MemType.INP, sram_base=0, dram_base=ia, x_size=4, x_stride=4)
+    b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=1, x_stride=1, push_next=True)
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=4, x_stride=4)
+    b.gemm(uop_bgn=0, uop_end=4, pop_prev=True, push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    return b.build()
+
+
+def test_load_gemm_store_chain(cfg: HwConfig, tiny: HwConfig) -> None:
+    assert cosim(*chain_program(cfg)) == 205
+    cosim(*chain_program(tiny))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_double_buffering(cfg: HwConfig, overlap: bool) -> None:
+    rng = np.random.default_rng(2)
+    b = ProgramBuilder(cfg)
+    ia = b.tensor("inp", rng.integers(-128, 128, (32, 1, 8), dtype=np.int8))
+    wa = b.tensor("wgt", rng.integers(-128, 128, (8, 8, 8), dtype=np.int8))
+    oa = b.buffer("out", 32 * 8, 8)
+    b.uops([(i, i, 0) for i in range(16)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=16, x_stride=16)
+    b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=8, x_stride=8)
+    b.load(MemType.INP, sram_base=0, dram_base=ia, x_size=16, x_stride=16, push_next=True)
+    b.load(MemType.INP, sram_base=16, dram_base=ia + 16, x_size=16, x_stride=16,
+           push_next=True, pop_next=not overlap)
+    for thread in range(2):
+        b.gemm(uop_bgn=0, uop_end=16, iter_out=8, wgt_factor_out=1,
+               dst_factor_in=16 * thread, src_factor_in=16 * thread, iter_in=1,
+               pop_prev=True, push_prev=(thread == 0 and not overlap), push_next=(thread == 1))
+    b.store(sram_base=0, dram_base=oa, x_size=32, x_stride=32, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    cosim(*b.build())
+
+
+def test_command_queue_back_pressure(cfg: HwConfig) -> None:
+    cfg = cfg.replace(**{"queues.cmd_depth": 2})
+    b = ProgramBuilder(cfg)
+    addr = b.tensor("inp", np.zeros((8, 1, 8), dtype=np.int8))
+    for i in range(6):
+        b.load(MemType.INP, sram_base=i, dram_base=addr + i, x_size=1, x_stride=1,
+               push_next=(i == 5))
+    b.finish(pop_prev=True)
+    # test_timing: loads back to back from 47, 34 cycles each; FINISH right after the last.
+    assert cosim(*b.build()) == 47 + 6 * 34 + 1
+
+
+def test_bandwidth_bound_load_and_padding(cfg: HwConfig) -> None:
+    b = ProgramBuilder(cfg)
+    addr = b.tensor("wgt", np.arange(32 * 64, dtype=np.int8).reshape(32, 8, 8))
+    b.load(MemType.WGT, sram_base=0, dram_base=addr, y_size=4, x_size=8, x_stride=8,
+           push_next=True)
+    b.finish(pop_prev=True)
+    assert cosim(*b.build()) == 37 + 1 + 4 * 2 * (32 + 32) + 1
+    b = ProgramBuilder(cfg)
+    addr = b.tensor("inp", np.arange(32, dtype=np.int8).reshape(4, 1, 8))
+    b.load(MemType.INP, sram_base=3, dram_base=addr, y_size=2, x_size=2, x_stride=2,
+           y_pad_0=1, y_pad_1=1, x_pad_0=1, x_pad_1=1, push_next=True)
+    b.finish(pop_prev=True)
+    assert cosim(*b.build()) == 37 + 1 + 2 * (32 + 2) + 12 + 1
+
+
+@pytest.mark.parametrize("op", list(AluOp))
+def test_alu_operations(tiny: HwConfig, op: AluOp) -> None:
+    rng = np.random.default_rng(int(op))
+    b = ProgramBuilder(tiny)
+    acc = rng.integers(-2**31, 2**31, (16, 1, 4), dtype=np.int64).astype(np.int32)
+    acc[:4] = rng.integers(-40, 40, (4, 1, 4))          # small shift amounts too
+    aa = b.tensor("acc", acc)
+    oa = b.buffer("out", 16 * 4, 4)
+    b.uops([(i + 4, i, 0) for i in range(4)])            # dst 4.., src 0..
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=4, x_stride=4)
+    b.load(MemType.ACC, sram_base=0, dram_base=aa, x_size=16, x_stride=16)
+    b.alu(op, uop_bgn=0, uop_end=4, iter_out=3, dst_factor_out=4, iter_in=1)
+    b.alu(op, uop_bgn=0, uop_end=4, iter_out=1, iter_in=2, dst_factor_in=1, src_factor_in=1,
+          use_imm=True, imm=-7 if op is AluOp.SHR else -1234, push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=16, x_stride=16, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    cosim(*b.build())
+
+
+@pytest.mark.parametrize("alu", [(2, 4), (3, 3), (4, 2)])
+def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
+                                                    alu: tuple[int, int]) -> None:
+    """acc[i + 1] = acc[i + 1] + acc[i] in order (a prefix sum), and the same destination
+    updated by back-to-back micro-ops: operands must be forwarded at every ALU ii."""
+    cfg = tiny.replace(**{"alu.ii": alu[0], "alu.depth": alu[1]})
+    rng = np.random.default_rng(9)
+    b = ProgramBuilder(cfg)
+    aa = b.tensor("acc", rng.integers(-1000, 1000, (16, 1, 4), dtype=np.int32))
+    oa = b.buffer("out", 16 * 4, 4)
+    chain = b.uops([(i + 1, i, 0) for i in range(8)])
+    same = b.uops([(12, 3, 0), (12, 12, 0), (12, 4, 0)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=11, x_stride=11)
+    b.load(MemType.ACC, sram_base=0, dram_base=aa, x_size=16, x_stride=16)
+    b.alu(AluOp.ADD, uop_bgn=chain[0], uop_end=chain[1])
+    b.alu(AluOp.MUL, uop_bgn=same[0], uop_end=same[1], iter_out=2)
+    b.alu(AluOp.MAX, uop_bgn=same[0], uop_end=same[1], use_imm=True, imm=5, push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=16, x_stride=16, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    cosim(*b.build())
+
+
+def test_token_queue_back_pressure(cfg: HwConfig) -> None:
+    cfg = cfg.replace(**{"queues.token_depth": 1})
+    b = ProgramBuilder(cfg)
+    addr = b.tensor("inp", np.zeros((4, 1, 8), dtype=np.int8))
+    b.load(MemType.INP, sram_base=0, dram_base=addr, x_size=1, x_stride=1, push_next=True)
+    b.load(MemType.INP, sram_base=1, dram_base=addr + 1, x_size=1, x_stride=1, push_next=True)
+    b.uops([(0, 0, 0)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=1, x_stride=1)
+    b.alu(AluOp.ADD, uop_bgn=0, uop_end=1, iter_out=40, use_imm=True, imm=0)
+    b.gemm(uop_bgn=0, uop_end=0, pop_prev=True)
+    b.gemm(uop_bgn=0, uop_end=0, pop_prev=True)
+    b.finish()
+    cosim(*b.build())
+
+
+def test_zero_size_and_empty_loops_carry_tokens(tiny: HwConfig) -> None:
+    b = ProgramBuilder(tiny)
+    b.load(MemType.INP, y_size=0, x_size=0, x_stride=0, push_next=True)
+    b.gemm(uop_bgn=0, uop_end=0, iter_out=5, pop_prev=True, push_next=True, push_prev=True)
+    b.load(MemType.WGT, x_size=0, x_stride=0, pop_next=True)
+    b.store(x_size=0, y_size=3, x_stride=0, pop_prev=True, push_prev=True)
+    b.alu(AluOp.ADD, uop_bgn=0, uop_end=1, iter_out=0, pop_next=True)
+    b.finish()
+    assert cosim(*b.build()) > 0
+
+
+# ---------------------------------------------------------------------- random programs
+def programs(cfg: HwConfig) -> st.SearchStrategy[tuple[Program, Dram]]:
+    @st.composite
+    def build(draw: st.DrawFn) -> tuple[Program, Dram]:
+        iterations = draw(st.integers(1, 4))
+        return random_program(cfg, lambda lo, hi: draw(st.integers(lo, hi)), iterations)
+
+    return build()
+
+
+TINY = load_config("tiny")
+SHALLOW = TINY.replace(**{"queues.token_depth": 1, "queues.cmd_depth": 2})
+
+
+@settings(max_examples=8, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(programs(TINY))
+def test_random_programs_tiny(case: tuple[Program, Dram]) -> None:
+    cosim(*case)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(programs(SHALLOW))
+def test_random_programs_shallow_queues(case: tuple[Program, Dram]) -> None:
+    """Token depth 1 and command depth 2: back-pressure on every queue."""
+    cosim(*case)
+
+
+VARIANTS = [
+    TINY.replace(**{"dram.bytes_per_cycle": 4}),
+    TINY.replace(**{"dram.bytes_per_cycle": 16}),
+    TINY.replace(**{"dram.bytes_per_cycle": 32, "dram.max_burst": 128,
+                    "queues.token_depth": 2}),
+    TINY.replace(**{"dram.latency": 1, "dram.max_burst": 16}),
+    TINY.replace(**{"gemm.ii": 2, "gemm.depth": 3, "alu.ii": 3, "alu.depth": 5}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_programs_variants(variant: int, data: st.DataObject) -> None:
+    """Other bus widths (element gearboxes both ways), latency, bursts and pipelines."""
+    cosim(*data.draw(programs(VARIANTS[variant])), exact=False)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(TINY))
+def test_random_programs_tiny_many(case: tuple[Program, Dram]) -> None:
+    cosim(*case, exact=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_random_programs_default(cfg: HwConfig, seed: int) -> None:
+    cosim(*random_program(cfg, numpy_pick(np.random.default_rng(seed))))
+
+
+# ---------------------------------------------------------------------- backend API
+def test_run_rtl_errors(tiny: HwConfig, cfg: HwConfig) -> None:
+    program, dram = chain_program(tiny)
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "engine must be one of auto, verilator, amaranth, not 'iverilog'") + "$"):
+        run_rtl(program, dram, tiny, engine="iverilog")
+    with pytest.raises(ProgramError, match=re.escape(
+            f"program was built for config {tiny.name}, not {cfg.name}")):
+        run_rtl(program, dram, cfg, engine="amaranth")
+
+
+def test_deadlock_is_reported(tiny: HwConfig) -> None:
+    b = ProgramBuilder(tiny)
+    b.load(MemType.INP, x_size=0, x_stride=0)          # forgot push_next
+    b.gemm(uop_bgn=0, uop_end=0, pop_prev=True)
+    b.finish()
+    program, dram = b.build()
+    with pytest.raises(RuntimeError, match=r"^the RTL did not finish within 300 cycles"):
+        run_rtl(program, dram, tiny, engine="amaranth", max_cycles=300)
+
+
+def test_run_rtl_amaranth_stats_and_vcd(tiny: HwConfig, tmp_path: Path) -> None:
+    program, dram = chain_program(tiny)
+    vcd = tmp_path / "wave.vcd"
+    cycles, stats = run_rtl(program, dram, tiny, engine="amaranth", vcd=vcd)
+    assert stats["engine"] == "amaranth"
+    # 6 instructions (96 B), uop 16 B, inp 16 B, wgt 16 B; out 16 B.
+    assert stats["dram_bytes_read"] == 96 + 16 + 16 + 16
+    assert stats["dram_bytes_written"] == 16
+    text = vcd.read_text()
+    assert "$enddefinitions" in text and "dram__req__valid" in text
+    assert cycles == run_program(*chain_program(tiny), backend="sim").cycles
+
+
+@needs_verilator
+def test_verilator_engine_matches(tiny: HwConfig) -> None:
+    for seed in range(6):
+        program, dram = random_program(tiny, numpy_pick(np.random.default_rng(seed)))
+        reference = dram.copy()
+        sim = run_program(program, reference, backend="sim")
+        cycles, stats = run_rtl(program, dram, tiny, engine="verilator")
+        assert stats["engine"] == "verilator"
+        np.testing.assert_array_equal(dram.data, reference.data)
+        assert cycles == sim.cycles
+
+
+@needs_verilator
+@pytest.mark.slow
+def test_verilator_default_config_and_vcd(cfg: HwConfig, tmp_path: Path) -> None:
+    program, dram = random_program(cfg, numpy_pick(np.random.default_rng(1)))
+    reference = dram.copy()
+    sim = run_program(program, reference, backend="sim")
+    vcd = tmp_path / "wave.vcd"
+    cycles, _ = run_rtl(program, dram, cfg, engine="verilator", vcd=vcd)
+    np.testing.assert_array_equal(dram.data, reference.data)
+    assert cycles == sim.cycles
+    assert "$enddefinitions" in vcd.read_text()
