@@ -10,8 +10,11 @@ SimPy's event order within a time step, which the RTL models by event depth ("ra
 releasing module first on a tie. A tie between chains of events that start from two different
 modules finishing in the same cycle is ordered in SimPy by when those two finishing events were
 created, which the RTL does not track; there the first requests of the next cycle can be served
-in another order. The hand-written programs and the fixed example sets below must match exactly;
-the long random runs (``slow``) allow a difference of at most ``CYCLE_TOLERANCE`` of the cycles.
+in another order; so can the order after a push that waited on a full token queue, whose event
+depth the RTL only approximates. The hand-written programs and the fixed example sets below
+must match exactly; the long random runs (``slow``) allow a difference of at most
+``CYCLE_TOLERANCE`` of the cycles, ``SHALLOW_TOLERANCE`` with one-token queues (largest seen:
+15 of 785 cycles, 2.0%, over 150 hypothesis programs; none over 900 on the other configs).
 """
 
 from __future__ import annotations
@@ -59,10 +62,14 @@ def rtl_timeline(program: Program, dram: Dram, cfg: HwConfig
 CYCLE_TOLERANCE = 0.01
 """Largest relative cycle difference allowed on the long random runs (module docstring)."""
 
+SHALLOW_TOLERANCE = 0.03
+"""The same with token queues of depth 1, where pushes wait on full queues all the time."""
 
-def cosim(program: Program, dram: Dram, exact: bool = True) -> int:
+
+def cosim(program: Program, dram: Dram, exact: bool = True,
+          tolerance: float = CYCLE_TOLERANCE) -> int:
     """Assert RTL == fsim (DRAM) and RTL == sim (cycles and timeline, or cycles within
-    ``CYCLE_TOLERANCE`` unless ``exact``); return the cycles."""
+    ``tolerance`` unless ``exact``); return the cycles."""
     cfg = program.config
     reference = dram.copy()
     run_program(program, reference, backend="fsim")
@@ -78,7 +85,7 @@ def cosim(program: Program, dram: Dram, exact: bool = True) -> int:
         assert slices == expected
         assert cycles == sim.cycles
     else:
-        assert abs(cycles - sim.cycles) <= CYCLE_TOLERANCE * sim.cycles, (cycles, sim.cycles)
+        assert abs(cycles - sim.cycles) <= tolerance * sim.cycles, (cycles, sim.cycles)
     return cycles
 
 
@@ -283,6 +290,13 @@ def test_random_programs_variants(variant: int, data: st.DataObject) -> None:
 @given(programs(TINY))
 def test_random_programs_tiny_many(case: tuple[Program, Dram]) -> None:
     cosim(*case, exact=False)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(SHALLOW))
+def test_random_programs_shallow_queues_many(case: tuple[Program, Dram]) -> None:
+    cosim(*case, exact=False, tolerance=SHALLOW_TOLERANCE)
 
 
 @pytest.mark.slow
