@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from accel.config import HwConfig, load_config
 from accel.dram import Dram
 from accel.program import Program, ProgramError
 
-__all__ = ["BACKENDS", "Report", "RunResult", "add", "compile", "conv2d", "load_model", "matmul",
+__all__ = ["Report", "RunResult", "add", "compile", "conv2d", "load_model", "matmul",
            "run_program"]
 
-BACKENDS = ("fsim", "sim", "rtl")
 
 
 @dataclass
@@ -26,7 +25,6 @@ class RunResult:
     backend: str
     stats: Any
     cycles: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "cycles": self.cycles, "stats": self.stats.to_dict()}

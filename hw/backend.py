@@ -10,14 +10,15 @@ is dropped again after the run, so the image keeps its size.
 
 from __future__ import annotations
 
-import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from accel.cache import cache_dir as accel_cache_dir
 from accel.config import HwConfig
 from accel.dram import Dram
 from accel.isa import INSN_BYTES, encode_uops
@@ -29,12 +30,9 @@ ENGINES = ("auto", "verilator", "amaranth")
 
 
 def cache_dir(kind: str) -> Path:
-    """``$ACCEL_CACHE_DIR/<kind>`` (default ``~/.cache/accel/<kind>``), created on demand."""
-    root = os.environ.get("ACCEL_CACHE_DIR")
-    base = Path(root) if root else Path.home() / ".cache" / "accel"
-    path = base / kind
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    """:func:`accel.cache.cache_dir`, or a fresh temporary folder when caching is off."""
+    path = accel_cache_dir(kind)
+    return path if path is not None else Path(tempfile.mkdtemp(prefix=f"accel-{kind}-"))
 
 
 class RtlStats(dict):  # type: ignore[type-arg]

@@ -236,13 +236,10 @@ class Executable:
     # ------------------------------------------------------------------ compilation
     def _workload(self, node: Node) -> Conv2dWorkload | MatmulWorkload | AddWorkload:
         a = node.attrs
+        shape = self.graph.values[node.inputs[0]].shape  # types keep logical shapes
         if node.op == "add":
-            x = self.graph.values[node.inputs[0]]
-            n, c, h, w = _logical_shape(x.shape, x.layout)
-            return AddWorkload(n, c, h, w, int(a.get("shift", 0)), bool(a.get("relu", False)))
-        x = self.graph.values[node.inputs[0]]
+            return AddWorkload(*shape, int(a.get("shift", 0)), bool(a.get("relu", False)))
         w = self.graph.params[a["weight"]]
-        shape = _logical_shape(x.shape, x.layout)
         if node.op == "conv2d":
             (sh, sw), (ph, pw) = _pair(a.get("stride", 1)), _pair(a.get("padding", 0))
             return Conv2dWorkload(shape[0], shape[1], shape[2], shape[3], w.shape[0],
@@ -360,9 +357,8 @@ class Executable:
         g = self.graph
         out_t = g.values[node.outputs[0]]
         layer = LayerReport(node.name, node.op, node.attrs.get("target", "cpu"),
-                            [list(_logical_shape(g.values[v].shape, g.values[v].layout))
-                             for v in node.inputs],
-                            list(_logical_shape(out_t.shape, out_t.layout)), _macs(node, g))
+                            [list(g.values[v].shape) for v in node.inputs],
+                            list(out_t.shape), _macs(node, g))
         if layer.target == "accel":
             op = self.compiled[node.name]
             x = env[node.inputs[0]]
@@ -476,15 +472,8 @@ def _macs(node: Node, g: Graph) -> int:
     if node.op not in ("conv2d", "dense"):
         return 0
     w = g.params[node.attrs["weight"]]
-    out = g.values[node.outputs[0]]
-    shape = _logical_shape(out.shape, out.layout)
     per_output = int(np.prod(w.shape[1:]))
-    return int(np.prod(shape)) * per_output
-
-
-def _logical_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
-    """The plain (NCHW / NC) shape of a value; blocked values record their logical shape."""
-    return tuple(shape)
+    return int(np.prod(g.values[node.outputs[0]].shape)) * per_output
 
 
 def _as_blocked(x: np.ndarray, layout: str, cfg: HwConfig) -> np.ndarray:
