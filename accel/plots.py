@@ -1,0 +1,435 @@
+"""Design-space plots from sweep results (``accel plot``).
+
+Every function takes the rows of a sweep's ``results.csv`` as read by
+:func:`accel.dse.read_results` (one dict per (config, workload item), typed values, ``None``
+for empty cells) and writes one figure as PNG and SVG next to each other:
+
+- :func:`plot_utilization`: per-layer GEMM utilisation, grouped by config (a heat map when there
+  are too many configs for grouped bars to stay readable);
+- :func:`plot_stalls`: where each module's cycles go (busy and stall causes), stacked, per config;
+- :func:`plot_roofline`: operational intensity (ops per DRAM byte) against achieved GOPS, with
+  each config's compute peak and DRAM bandwidth lines;
+- :func:`plot_pareto`: total latency of the workload against area (LUTs, DSPs, BRAMs or FFs
+  from ``accel synth``), with the Pareto front marked;
+- :func:`plot_timeline`: a Gantt chart of fetch / load / compute / store activity from a Chrome
+  trace written by the timing simulator.
+
+Errors (no results, a column the plot needs that the sweep did not record, a trace that is not a
+trace) are :class:`PlotError` with one line naming the file and what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["KINDS", "PlotError", "pareto_front", "plot_all", "plot_pareto", "plot_roofline",
+           "plot_stalls", "plot_timeline", "plot_utilization"]
+
+KINDS = ("utilization", "stalls", "roofline", "pareto", "timeline")
+MODULES = ("fetch", "load", "compute", "store")
+STALL_PARTS = (("busy", "busy"), ("dram", "DRAM"), ("token", "waiting for a token"),
+               ("full", "token queue full"), ("queue_full", "command queue full"),
+               ("cmd_empty", "no instruction"))
+AREA_METRICS = {"luts": "LUTs", "ffs": "flip-flops", "dsps": "DSP / multiplier blocks",
+                "brams": "block RAMs"}
+_HEATMAP_ABOVE = 8  # configs; more than this and grouped bars become unreadable
+
+
+class PlotError(ValueError):
+    """A plot cannot be drawn from the given results (one-line message)."""
+
+
+# ---------------------------------------------------------------------- helpers
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, out: Path, stem: str) -> list[Path]:
+    """Write ``stem``.png and ``stem``.svg into ``out`` atomically; return both paths."""
+    plt = _pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext, dpi in (("png", 120), ("svg", None)):
+        final = out / f"{stem}.{ext}"
+        tmp = out / f".{stem}.tmp.{ext}"
+        fig.savefig(tmp, dpi=dpi, format=ext, bbox_inches="tight")
+        tmp.replace(final)
+        paths.append(final)
+    plt.close(fig)
+    return paths
+
+
+def _ok(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r.get("status") == "ok"]
+
+
+def _need(rows: Sequence[dict[str, Any]], columns: Sequence[str], kind: str, group: str,
+          source: str) -> list[dict[str, Any]]:
+    """The ok rows that have every column in ``columns``; PlotError when there are none."""
+    ok = _ok(rows)
+    if not ok:
+        raise PlotError(f"{source}: no successful rows to plot ({len(rows)} rows, all errors)"
+                        if rows else f"{source}: no rows to plot")
+    missing = [c for c in columns if all(r.get(c) is None for r in ok)]
+    if missing:
+        raise PlotError(f"{source}: the {kind} plot needs column(s) {', '.join(missing)}, "
+                        f"which the sweep did not record (add '{group}' to the spec's metrics)")
+    return [r for r in ok if all(r.get(c) is not None for c in columns)]
+
+
+def _configs(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """Config names in order of first appearance."""
+    return list(dict.fromkeys(str(r["config_name"]) for r in rows))
+
+
+def _labels(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
+    """Config name -> what to print for it: the sweep's axis values (``wgt=65536,
+    bytes_per_cycle=16``) when the rows have ``axis.*`` columns, else the canonical name."""
+    out: dict[str, str] = {}
+    for r in rows:
+        name = str(r["config_name"])
+        if name in out:
+            continue
+        axes = [(k[len("axis."):], r[k]) for k in r if k.startswith("axis.")]
+        out[name] = (", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in axes)
+                     if axes else name)
+    return out
+
+
+def _layers(rows: Iterable[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(_layer_key(r) for r in rows))
+
+
+def _layer_key(row: dict[str, Any]) -> str:
+    workloads = row.get("workload") or ""
+    layer = row.get("layer") or ""
+    return f"{workloads}:{layer}" if workloads and workloads not in ("resnet18_layers",) \
+        else str(layer)
+
+
+def _short(name: str, width: int = 34) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def _title(rows: Sequence[dict[str, Any]], what: str) -> str:
+    configs = _configs(rows)
+    sweep = rows[0].get("sweep") or "sweep"
+    on = configs[0] if len(configs) == 1 else f"{len(configs)} configs"
+    return f"{sweep}: {what} ({on}, {rows[0].get('backend', '?')} backend)"
+
+
+def _gops(row: dict[str, Any]) -> float:
+    """Achieved GOPS (2 ops per MAC) at the config's clock."""
+    return 2.0 * row["macs"] * row["clock_mhz"] / row["cycles"] / 1000.0
+
+
+# ---------------------------------------------------------------------- plots
+def plot_utilization(rows: Sequence[dict[str, Any]], out: Path,
+                     source: str = "results") -> list[Path]:
+    """Per-layer GEMM utilisation (0-1), one bar per config in each layer's group."""
+    plt = _pyplot()
+    import numpy as np
+
+    ok = _need(rows, ["gemm_utilization"], "utilization", "gemm_utilization", source)
+    configs, layers, labels = _configs(ok), _layers(ok), _labels(ok)
+    value = {(str(r["config_name"]), _layer_key(r)): float(r["gemm_utilization"]) for r in ok}
+    if len(configs) > _HEATMAP_ABOVE:
+        grid = np.full((len(configs), len(layers)), np.nan)
+        for (c, layer), v in value.items():
+            grid[configs.index(c), layers.index(layer)] = v
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.55 * len(layers) + 4),
+                                        max(4.0, 0.32 * len(configs) + 1.5)))
+        image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        ax.set_yticks(range(len(configs)), [_short(labels[c], 48) for c in configs],
+                      fontsize="small")
+        ax.set_xticks(range(len(layers)), layers, rotation=60, fontsize="small")
+        fig.colorbar(image, ax=ax, label="GEMM utilisation (0-1)")
+        ax.set_ylabel("config")
+    else:
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(layers) * len(configs) + 3), 4.5))
+        x = np.arange(len(layers))
+        width = 0.8 / len(configs)
+        for i, c in enumerate(configs):
+            heights = [value.get((c, layer), np.nan) for layer in layers]
+            ax.bar(x + (i - (len(configs) - 1) / 2) * width, heights, width,
+                   label=_short(labels[c], 48))
+        ax.set_xticks(x, layers, rotation=60 if len(layers) > 6 else 0, fontsize="small")
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("GEMM utilisation (0-1)")
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                  title="config")
+    ax.set_xlabel("layer")
+    ax.set_title(_title(ok, "per-layer GEMM utilisation"))
+    return _save(fig, out, "utilization")
+
+
+def plot_stalls(rows: Sequence[dict[str, Any]], out: Path,
+                source: str = "results") -> list[Path]:
+    """Per module, each config's cycles (summed over its layers) split into busy and stall
+    causes, as shares of the total cycles."""
+    plt = _pyplot()
+    import numpy as np
+
+    columns = ["cycles"] + [f"busy.{m}" for m in MODULES]
+    ok = _need(rows, columns, "stalls", "stalls", source)
+    configs, labels = _configs(ok), _labels(ok)
+    totals: dict[str, dict[str, float]] = {c: defaultdict(float) for c in configs}
+    for r in ok:
+        t = totals[str(r["config_name"])]
+        t["cycles"] += r["cycles"]
+        for m in MODULES:
+            t[f"busy.{m}"] += r.get(f"busy.{m}") or 0
+            for part, _ in STALL_PARTS[1:]:
+                t[f"stall.{m}.{part}"] += r.get(f"stall.{m}.{part}") or 0
+    fig, axes = plt.subplots(len(MODULES), 1, sharex=True,
+                             figsize=(max(6.0, 0.45 * len(configs) + 3), 2.2 * len(MODULES) + 1))
+    x = np.arange(len(configs))
+    colours = plt.get_cmap("tab10")
+    for ax, m in zip(axes, MODULES, strict=True):
+        bottom = np.zeros(len(configs))
+        for k, (part, label) in enumerate(STALL_PARTS):
+            key = f"busy.{m}" if part == "busy" else f"stall.{m}.{part}"
+            share = np.array([totals[c][key] / totals[c]["cycles"] if totals[c]["cycles"]
+                              else 0.0 for c in configs])
+            ax.bar(x, share, 0.7, bottom=bottom, color=colours(k), label=label)
+            bottom += share
+        ax.set_ylim(0, 1.02)
+        ax.set_ylabel(f"{m}\nshare of cycles")
+    axes[0].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                   title="cycles spent")
+    axes[-1].set_xticks(x, [_short(labels[c], 48) for c in configs], rotation=70,
+                        fontsize="x-small")
+    axes[-1].set_xlabel("config")
+    axes[0].set_title(_title(ok, "where the cycles go, per module"))
+    return _save(fig, out, "stalls")
+
+
+def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
+                  source: str = "results") -> list[Path]:
+    """Operational intensity (ops per DRAM byte) vs achieved GOPS, one marker per layer and
+    config, with each config's compute roof and DRAM bandwidth slope."""
+    plt = _pyplot()
+    import numpy as np
+
+    columns = ["cycles", "macs", "dram_bytes", "clock_mhz", "peak_macs_per_cycle",
+               "dram_bytes_per_cycle"]
+    ok = [r for r in _need(rows, columns, "roofline", "dram_bytes", source)
+          if r["dram_bytes"] > 0 and r["cycles"] > 0]
+    if not ok:
+        raise PlotError(f"{source}: the roofline plot needs rows with DRAM traffic and cycles")
+    configs, labels = _configs(ok), _labels(ok)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    intensity = [2.0 * r["macs"] / r["dram_bytes"] for r in ok]
+    lo, hi = min(intensity) / 4, max(intensity) * 4
+    xs = np.geomspace(lo, hi, 200)
+    colours = plt.get_cmap("tab10" if len(configs) <= 10 else "tab20")
+    roofs = {}
+    for i, c in enumerate(configs):
+        r0 = next(r for r in ok if r["config_name"] == c)
+        peak = 2.0 * r0["peak_macs_per_cycle"] * r0["clock_mhz"] / 1000.0
+        bandwidth = r0["dram_bytes_per_cycle"] * r0["clock_mhz"] / 1000.0
+        roof = (round(peak, 6), round(bandwidth, 6))
+        colour = colours(i % colours.N)
+        if roof not in roofs:  # configs sharing a roof draw it once
+            roofs[roof] = colour
+            ax.plot(xs, np.minimum(peak, xs * bandwidth), "--", color=colour, linewidth=1,
+                    alpha=0.8)
+        sel = [r for r in ok if r["config_name"] == c]
+        ax.scatter([2.0 * r["macs"] / r["dram_bytes"] for r in sel], [_gops(r) for r in sel],
+                   s=18, color=colour, label=_short(labels[c], 48), alpha=0.85)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("operational intensity (ops per DRAM byte, 2 ops per MAC)")
+    ax.set_ylabel("achieved throughput (GOPS)")
+    ax.set_title(_title(ok, "roofline (dashed: peak compute and DRAM bandwidth)"))
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0), title="config")
+    return _save(fig, out, "roofline")
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (lower is better),
+    sorted by the first coordinate."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
+    front: list[int] = []
+    best = math.inf
+    for i in order:
+        if points[i][1] < best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per config: summed latency over its ok rows, and whether every row of it succeeded."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        c = str(r.get("config_name") or "")
+        entry = out.setdefault(c, {"ms": 0.0, "complete": True, "row": r})
+        if r.get("status") != "ok" or r.get("milliseconds") is None:
+            entry["complete"] = False
+        else:
+            entry["ms"] += float(r["milliseconds"])
+    return out
+
+
+def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, area: str = "luts",
+                source: str = "results") -> list[Path]:
+    """Total workload latency against area, one marker per config, Pareto front highlighted.
+
+    Configs with a failed row (invalid, or a layer that did not compile) are left out: their
+    total would be an underestimate.
+    """
+    plt = _pyplot()
+
+    if area not in AREA_METRICS:
+        raise PlotError(f"unknown area metric {area!r}; expected one of "
+                        f"{', '.join(AREA_METRICS)}")
+    column = f"area.{area}"
+    _need(rows, ["milliseconds", column], "pareto", "area", source)
+    totals = {c: t for c, t in _totals(rows).items() if c and t["complete"]
+              and t["row"].get(column) is not None}
+    if not totals:
+        raise PlotError(f"{source}: no config has every row ok and an {column} figure")
+    names = list(totals)
+    points = [(float(totals[c]["row"][column]), totals[c]["ms"]) for c in names]
+    front = pareto_front(points)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ax.scatter([p[0] for p in points], [p[1] for p in points], s=24, color="tab:gray",
+               label="config")
+    fx = [points[i][0] for i in front]
+    fy = [points[i][1] for i in front]
+    ax.step(fx, fy, where="post", color="tab:red", linewidth=1.2)
+    ax.scatter(fx, fy, s=40, color="tab:red", label="Pareto front", zorder=3)
+    labels = _labels(t["row"] for t in totals.values())
+    for i in front:
+        ax.annotate(_short(labels[names[i]], 40), points[i], fontsize="x-small",
+                    xytext=(4, 4), textcoords="offset points")
+    target = totals[names[0]]["row"].get("area.target") or "FPGA"
+    ax.set_xlabel(f"area: {AREA_METRICS[area]} ({target}, accel synth)")
+    ax.set_ylabel("total latency of the workload (ms at each config's clock)")
+    ax.set_title(_title(rows, f"latency vs {AREA_METRICS[area]}"))
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize="small")
+    return _save(fig, out, "pareto")
+
+
+def _read_trace(path: Path) -> tuple[dict[str, list[tuple[float, float]]], float]:
+    """Module -> [(start, duration)] in microseconds from a Chrome trace, and the clock."""
+    try:
+        data = json.loads(path.read_text())
+        events = data["traceEvents"] if isinstance(data, dict) else data
+        names = {e["tid"]: e["args"]["name"] for e in events
+                 if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PlotError(f"{path}: not a Chrome trace written by accel ({exc})") from None
+    slices: dict[str, list[tuple[float, float]]] = {m: [] for m in MODULES}
+    for e in events:
+        if e.get("ph") == "X" and names.get(e.get("tid")) in slices:
+            slices[names[e["tid"]]].append((float(e["ts"]), float(e["dur"])))
+    if not any(slices.values()):
+        raise PlotError(f"{path}: the trace has no fetch/load/compute/store slices")
+    clock = float(data.get("otherData", {}).get("clock_mhz", 0) or 0) \
+        if isinstance(data, dict) else 0.0
+    return slices, clock
+
+
+def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None) -> list[Path]:
+    """Gantt chart of module activity from ``trace`` (``SimStats.write_trace`` output).
+
+    ``max_cycles`` limits the window to the first that many cycles (whole run by default).
+    """
+    plt = _pyplot()
+
+    slices, clock = _read_trace(trace)
+    to_cycles = clock if clock else 1.0  # trace timestamps are microseconds at the clock
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    colours = {"fetch": "tab:gray", "load": "tab:blue", "compute": "tab:orange",
+               "store": "tab:green"}
+    tracks = [m for m in MODULES if slices[m]]  # the simulator records no fetch slices
+    end = 0.0
+    for row, m in enumerate(tracks):
+        spans = [(ts * to_cycles, dur * to_cycles) for ts, dur in slices[m]]
+        if max_cycles is not None:
+            spans = [(s, min(d, max_cycles - s)) for s, d in spans if s < max_cycles]
+        end = max([end] + [s + d for s, d in spans])
+        busy = sum(d for _, d in spans)
+        ax.broken_barh(spans, (row - 0.38, 0.76), color=colours[m],
+                       label=f"{m}: {len(spans):,} instructions")
+        ax.text(1.005, row, f"{busy:,.0f} {'cycles' if clock else 'µs'} busy",
+                transform=ax.get_yaxis_transform(), fontsize="x-small", va="center")
+    ax.set_yticks(range(len(tracks)), tracks)
+    ax.set_ylim(-0.6, len(tracks) - 0.4)
+    ax.invert_yaxis()
+    ax.set_xlim(0, end or 1)
+    ax.set_xlabel("cycle" if clock else "time (µs)")
+    ax.set_title(f"module activity: {trace.stem}"
+                 + (f" (first {max_cycles:,} cycles)" if max_cycles else ""))
+    ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
+    return _save(fig, out, "timeline")
+
+
+def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None = None,
+             area: str = "luts", trace: Path | None = None,
+             max_cycles: int | None = None) -> tuple[list[Path], list[str]]:
+    """Draw ``kinds`` from ``results_dir`` into ``out`` (default ``results_dir/plots``).
+
+    Returns the written paths and one note per kind skipped because the results lack what it
+    needs; that is only allowed when several kinds were asked for: a single requested kind
+    that cannot be drawn raises :class:`PlotError`.
+    """
+    from accel.dse import read_results
+
+    results_dir = Path(results_dir)
+    out = Path(out) if out is not None else results_dir / "plots"
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise PlotError(f"unknown plot kind(s) {', '.join(unknown)}; expected some of "
+                        f"{', '.join(KINDS)}")
+    rows: list[dict[str, Any]] | None = None
+    if any(k != "timeline" for k in kinds) or trace is None:
+        rows = read_results(results_dir)
+    source = str(results_dir / "results.csv")
+    written: list[Path] = []
+    skipped: list[str] = []
+    for kind in kinds:
+        try:
+            if kind == "timeline":
+                path = trace or _first_trace(results_dir, rows or [])
+                written += plot_timeline(path, out, max_cycles)
+            elif kind == "pareto":
+                written += plot_pareto(rows or [], out, area, source)
+            else:
+                draw = {"utilization": plot_utilization, "stalls": plot_stalls,
+                        "roofline": plot_roofline}[kind]
+                written += draw(rows or [], out, source)
+        except PlotError as exc:
+            if len(kinds) == 1:
+                raise
+            skipped.append(f"{kind}: {exc}")
+    return written, skipped
+
+
+def _first_trace(results_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    """The trace of the ok row with the most cycles (the most interesting timeline)."""
+    folder = results_dir / "traces"
+    candidates = sorted(_ok(rows), key=lambda r: -(r.get("cycles") or 0))
+    for r in candidates:
+        path = folder / f"{r['point_id']}.json"
+        if path.exists():
+            return path
+    found = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if found:
+        return found[0]
+    raise PlotError(f"{folder}: no traces (run the sweep with 'traces: true' in the spec, "
+                    "or pass --trace FILE)")

@@ -1,0 +1,160 @@
+"""accel.plots: every plot kind renders from small results measured on the timing simulator."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib.image
+import pytest
+
+import accel
+from accel.plots import (
+    PlotError,
+    pareto_front,
+    plot_pareto,
+    plot_roofline,
+    plot_stalls,
+    plot_timeline,
+    plot_utilization,
+)
+from compiler.ops.compiled import compile_conv2d
+from compiler.ops.conv2d import Conv2dWorkload
+from sim.stats import MODULES
+
+LAYERS = {
+    "L1": Conv2dWorkload(1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, True, 6, True),
+    "L2": Conv2dWorkload(1, 16, 8, 8, 32, 1, 1, 2, 2, 0, 0, False, 4, False),
+}
+
+
+def _row(cfg: accel.HwConfig, layer: str, index: int, trace_dir: Path | None) -> dict[str, Any]:
+    """One results row in the sweep schema, measured on the timing simulator."""
+    wl = LAYERS[layer]
+    op = compile_conv2d(wl, cfg)
+    result = accel.run_program(op.program, op.dram(), config=cfg, backend="sim",
+                               trace=trace_dir is not None)
+    st = result.stats
+    point_id = f"{index:04x}{layer}"
+    row: dict[str, Any] = {
+        "point_id": point_id, "point_index": index, "sweep": "plots-test",
+        "config_name": cfg.name, "core": f"{cfg.batch}x{cfg.block_in}x{cfg.block_out}",
+        "workload": "conv2d", "layer": layer, "backend": "sim", "status": "ok", "error": None,
+        "peak_macs_per_cycle": cfg.peak_macs_per_cycle, "clock_mhz": cfg.clock_mhz,
+        "dram_bytes_per_cycle": cfg.dram.bytes_per_cycle, "cycles": st.cycles,
+        "milliseconds": st.milliseconds, "macs": wl.macs,
+        "gemm_utilization": wl.macs / (st.cycles * cfg.peak_macs_per_cycle),
+        "dram_bytes": sum(st.dram_loaded.values()) + st.dram_stored,
+        "area.target": "ecp5", "area.luts": 1000 * cfg.block_out, "area.dsps": cfg.block_out,
+        "area.ffs": None, "area.brams": None,
+    }
+    for m in MODULES:
+        ms = st.modules[m]
+        row[f"busy.{m}"] = ms.busy
+        for part in ("dram", "cmd_empty", "queue_full"):
+            row[f"stall.{m}.{part}"] = ms.stalls.get(part, 0)
+        row[f"stall.{m}.token"] = sum(v for k, v in ms.stalls.items() if k.startswith("token "))
+        row[f"stall.{m}.full"] = sum(v for k, v in ms.stalls.items() if k.startswith("full "))
+    if trace_dir is not None:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        st.write_trace(trace_dir / f"{point_id}.json")
+    return row
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
+    base = accel.load_config("tiny")
+    configs = [base, base.replace(**{"dram.bytes_per_cycle": 16}),
+               base.replace(**{"buffers.wgt": base.buffers.wgt * 2})]
+    folder = tmp_path_factory.mktemp("sweep")
+    rows = [_row(cfg, layer, i * len(LAYERS) + j, folder / "traces" if i == 0 else None)
+            for i, cfg in enumerate(configs) for j, layer in enumerate(LAYERS)]
+    rows.append({**rows[0], "point_id": "bad", "config_name": "", "status": "error",
+                 "error": "buffers.wgt: expected a power of two, got 3", "cycles": None,
+                 "milliseconds": None, "gemm_utilization": None})
+    return rows, folder
+
+
+def _check_image(paths: list[Path], stem: str) -> None:
+    assert [p.name for p in paths] == [f"{stem}.png", f"{stem}.svg"]
+    for p in paths:
+        assert p.stat().st_size > 2000, p
+    height, width = matplotlib.image.imread(paths[0]).shape[:2]
+    assert 300 <= width <= 6000 and 200 <= height <= 6000, (width, height)
+    assert "<svg" in paths[1].read_text()[:2000]
+    assert not list(paths[0].parent.glob(".*tmp*")), "temporary files left behind"
+
+
+@pytest.mark.parametrize("draw,stem", [(plot_utilization, "utilization"),
+                                       (plot_stalls, "stalls"), (plot_roofline, "roofline")])
+def test_plot_kinds_render(measured: Any, tmp_path: Path, draw: Any, stem: str) -> None:
+    rows, _ = measured
+    _check_image(draw(rows, tmp_path), stem)
+
+
+def test_utilization_heatmap_for_many_configs(measured: Any, tmp_path: Path) -> None:
+    rows, _ = measured
+    many = [{**r, "config_name": f"{r['config_name']}-{k}"} for k in range(4) for r in rows]
+    _check_image(plot_utilization(many, tmp_path), "utilization")
+
+
+def test_pareto_renders(measured: Any, tmp_path: Path) -> None:
+    rows, _ = measured
+    _check_image(plot_pareto(rows, tmp_path, area="dsps"), "pareto")
+    with pytest.raises(PlotError, match=r"needs column\(s\) area.brams, which the sweep did "
+                                        r"not record \(add 'area' to the spec's metrics\)"):
+        plot_pareto(rows, tmp_path, area="brams", source="x/results.csv")
+
+
+def test_timeline_renders(measured: Any, tmp_path: Path) -> None:
+    _, folder = measured
+    trace = sorted((folder / "traces").glob("*.json"))[0]
+    _check_image(plot_timeline(trace, tmp_path), "timeline")
+    _check_image(plot_timeline(trace, tmp_path / "w", max_cycles=500), "timeline")
+
+
+def test_timeline_rejects_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
+    bad = tmp_path / "t.json"
+    bad.write_text("{not json")
+    with pytest.raises(PlotError, match=r"t.json: not a Chrome trace written by accel"):
+        plot_timeline(bad, tmp_path)
+    bad.write_text('{"traceEvents": []}')
+    with pytest.raises(PlotError, match="no fetch/load/compute/store slices"):
+        plot_timeline(bad, tmp_path)
+
+
+def test_missing_metric_and_empty_results_are_one_line_errors(measured: Any,
+                                                                tmp_path: Path) -> None:
+    rows, _ = measured
+    without = [{k: v for k, v in r.items() if not k.startswith("busy.")} for r in rows]
+    with pytest.raises(PlotError) as info:
+        plot_stalls(without, tmp_path, source="d/results.csv")
+    assert str(info.value) == (
+        "d/results.csv: the stalls plot needs column(s) busy.fetch, busy.load, busy.compute, "
+        "busy.store, which the sweep did not record (add 'stalls' to the spec's metrics)")
+    with pytest.raises(PlotError, match=r"d/results.csv: no successful rows to plot \(1 rows, "):
+        plot_utilization([rows[-1]], tmp_path, source="d/results.csv")
+    assert not list(tmp_path.iterdir()), "a failed plot wrote files"
+
+
+def test_pareto_front_keeps_exactly_the_non_dominated_points() -> None:
+    points = [(3.0, 1.0), (1.0, 5.0), (2.0, 2.0), (2.5, 2.5), (1.0, 6.0), (4.0, 1.0)]
+    front = pareto_front(points)
+    assert front == [1, 2, 0]
+    for i, p in enumerate(points):
+        dominated = any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in points)
+        assert (i in front) == (not dominated)
+
+
+def test_roofline_points_lie_under_their_roofs(measured: Any) -> None:
+    rows, _ = measured
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        gops = 2.0 * r["macs"] * r["clock_mhz"] / r["cycles"] / 1000.0
+        peak = 2.0 * r["peak_macs_per_cycle"] * r["clock_mhz"] / 1000.0
+        bandwidth_roof = 2.0 * r["macs"] / r["dram_bytes"] * r["dram_bytes_per_cycle"] \
+            * r["clock_mhz"] / 1000.0
+        assert gops <= peak + 1e-9
+        assert gops <= bandwidth_roof + 1e-9 or math.isclose(gops, bandwidth_roof)
