@@ -12,7 +12,8 @@ for empty cells) and writes one figure as PNG and SVG next to each other:
 - :func:`plot_pareto`: total latency of the workload against area (LUTs, DSPs, BRAMs or FFs
   from ``accel synth``), with the Pareto front marked;
 - :func:`plot_timeline`: a Gantt chart of fetch / load / compute / store activity from a Chrome
-  trace written by the timing simulator.
+  trace written by the timing simulator;
+- :func:`plot_waveform`: a logic-analyser excerpt of RTL signals from a VCD file.
 
 Errors (no results, a column the plot needs that the sweep did not record, a trace that is not a
 trace) are :class:`PlotError` with one line naming the file and what is missing.
@@ -20,6 +21,7 @@ trace) are :class:`PlotError` with one line naming the file and what is missing.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["KINDS", "PlotError", "pareto_front", "plot_all", "plot_pareto", "plot_roofline",
-           "plot_stalls", "plot_timeline", "plot_utilization"]
+           "plot_stalls", "plot_timeline", "plot_utilization", "plot_waveform"]
 
 KINDS = ("utilization", "stalls", "roofline", "pareto", "timeline")
 MODULES = ("fetch", "load", "compute", "store")
@@ -377,6 +379,73 @@ def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None) -> list
                  + (f" (first {max_cycles:,} cycles)" if max_cycles else ""))
     ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     return _save(fig, out, "timeline")
+
+
+def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: int = 0,
+                  cycles: int = 200, clock: str = "*.top.clk",
+                  stem: str = "waveform") -> list[Path]:
+    """A logic-analyser view of the signals of ``vcd`` matching ``patterns`` over
+    ``cycles`` clock cycles from ``first_cycle`` (cycles counted by ``clock``'s rising edges).
+
+    One-bit signals are drawn as high/low traces; wider ones as a bus with its value (hex)
+    written at each change.
+    """
+    from accel.waveform import clock_edges, read_vcd
+
+    plt = _pyplot()
+    found = read_vcd(vcd, [clock, *patterns])
+    clk_name = next(n for n in found if _match(n, clock))
+    edges = clock_edges(found[clk_name])
+    if len(edges) <= first_cycle:
+        raise PlotError(f"{vcd}: the dump has {len(edges)} clock cycles; cycle {first_cycle} "
+                        "is past its end")
+    last = min(first_cycle + cycles, len(edges) - 1)
+    names = [n for p in patterns for n in found if n != clk_name and _match(n, p)]
+    names = list(dict.fromkeys(names))  # pattern order, each signal once
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(names) + 1.4))
+    xs = list(range(first_cycle, last + 1))
+    for row, name in enumerate(names):
+        # the settled value during each cycle: what the next rising edge samples
+        vs = _sample(found[name].changes, [edges[c + 1] - 1 for c in xs[:-1]])
+        y0 = len(names) - 1 - row
+        if found[name].width == 1:
+            ax.step(xs, [y0 + (0.7 if v else 0.1) for v in [*vs, vs[-1]]], where="post",
+                    color="tab:blue", linewidth=1)
+            continue
+        runs = [i for i in range(len(vs)) if i == 0 or vs[i] != vs[i - 1]] + [len(vs)]
+        for i, j in itertools.pairwise(runs):
+            ax.fill_between([xs[i], xs[j]], y0 + 0.1, y0 + 0.7, color="tab:green", alpha=0.18,
+                            linewidth=0.8, edgecolor="tab:green")
+            if j - i >= max(2, (last - first_cycle) / 60):
+                ax.text(xs[i] + 0.3, y0 + 0.4, "x" if vs[i] is None else f"{vs[i]:x}",
+                        fontsize="xx-small", va="center")
+    short = [n.split(".", 2)[-1] if n.count(".") >= 2 else n for n in names]
+    ax.set_yticks([len(names) - 1 - r + 0.4 for r in range(len(names))], short,
+                  fontsize="x-small")
+    ax.set_xlim(first_cycle, last)
+    ax.set_ylim(-0.2, len(names))
+    ax.set_xlabel("clock cycle")
+    ax.grid(True, axis="x", alpha=0.25)
+    ax.set_title(f"waveform: {Path(vcd).name}, cycles {first_cycle}-{last}")
+    return _save(fig, out, stem)
+
+
+def _sample(changes: Sequence[tuple[int, int | None]], times: Sequence[int]) -> list[int | None]:
+    """The value in effect at each of ``times`` (ascending)."""
+    out: list[int | None] = []
+    k, value = 0, None
+    for t in times:
+        while k < len(changes) and changes[k][0] <= t:
+            value = changes[k][1]
+            k += 1
+        out.append(value)
+    return out
+
+
+def _match(name: str, pattern: str) -> bool:
+    import fnmatch
+
+    return fnmatch.fnmatchcase(name, pattern)
 
 
 def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None = None,

@@ -158,3 +158,59 @@ def test_roofline_points_lie_under_their_roofs(measured: Any) -> None:
             * r["clock_mhz"] / 1000.0
         assert gops <= peak + 1e-9
         assert gops <= bandwidth_roof + 1e-9 or math.isclose(gops, bandwidth_roof)
+
+
+@pytest.fixture(scope="module")
+def rtl_vcd(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
+    """A VCD of a small pipelined program on tiny from Amaranth's simulator, and its cycles."""
+    from accel.synthetic import pipelined_gemm
+    from hw.backend import run_rtl
+
+    cfg = accel.load_config("tiny")
+    program, dram = pipelined_gemm(cfg, 2, pixels=4, in_blocks=2)
+    path = tmp_path_factory.mktemp("vcd") / "run.vcd"
+    cycles, _ = run_rtl(program, dram, cfg, vcd=path, engine="amaranth")
+    return path, cycles
+
+
+def test_vcd_reader_counts_the_cycles_the_rtl_reported(rtl_vcd: tuple[Path, int]) -> None:
+    import bisect
+
+    from accel.waveform import clock_edges, read_vcd
+
+    path, cycles = rtl_vcd
+    signals = read_vcd(path, ["*.top.clk", "*.top.running", "*.top.done"])
+    assert set(signals) == {"bench.top.clk", "bench.top.running", "bench.top.done"}
+    edges = clock_edges(signals["bench.top.clk"])
+    rose = {name: next(t for t, v in signals[f"bench.top.{name}"].changes if v == 1)
+            for name in ("running", "done")}
+    started, finished = (bisect.bisect_right(edges, rose[n]) for n in ("running", "done"))
+    assert finished - started == cycles
+    assert signals["bench.top.done"].width == 1
+
+
+def test_vcd_reader_errors(rtl_vcd: tuple[Path, int], tmp_path: Path) -> None:
+    from accel.waveform import VcdError, read_vcd
+
+    path, _ = rtl_vcd
+    with pytest.raises(VcdError, match=r"run.vcd: no signal matches \*.nonexistent"):
+        read_vcd(path, ["*.top.done", "*.nonexistent"])
+    junk = tmp_path / "junk.vcd"
+    junk.write_text("hello\n")
+    with pytest.raises(VcdError, match=r"junk.vcd: not a VCD file \(no \$enddefinitions\)"):
+        read_vcd(junk, ["*"])
+    with pytest.raises(VcdError, match=r"missing.vcd: cannot read"):
+        read_vcd(tmp_path / "missing.vcd", ["*"])
+
+
+def test_waveform_renders(rtl_vcd: tuple[Path, int], tmp_path: Path) -> None:
+    from accel.plots import plot_waveform
+
+    path, cycles = rtl_vcd
+    paths = plot_waveform(path, ["*.top.load.issue", "*.top.compute.retire",
+                                 "*.top.l2c_token_queue.level", "*.top.done"], tmp_path, 0,
+                          cycles)
+    _check_image(paths, "waveform")
+    with pytest.raises(PlotError, match=r"run.vcd: the dump has \d+ clock cycles; cycle "
+                                        r"100000 is past its end"):
+        plot_waveform(path, ["*.top.done"], tmp_path, 100_000)
