@@ -10,6 +10,9 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
     s5  GEMM: write acc[dst], out[dst]              ALU: operation, result registered
     s6                                              ALU: write acc[dst], out[dst]
 
+MUL registers its partial products in s5 and adds them in s6 (:class:`AluLane`): one multiplier
+block per lane instead of four.
+
 The GEMM reads ``acc[dst]`` one cycle before writing it, so the read port's transparency hands
 a micro-op the result of the one just before it: no read-after-write hazard exists at one
 micro-op per cycle. The ALU reads twice through the same port, hence ``alu.ii >= 2``; an operand
@@ -26,21 +29,23 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from accel.isa import AluOp, MemType, Opcode
-from hw.control import RANK_BITS, DepControl
+from hw.control import DepControl
 from hw.dma import LoadEngine
-from hw.dram import REQUESTERS, dram_port
+from hw.dram import dram_port
+from hw.lutmul import mul_low_lut
 from hw.params import RtlParams
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer
 
-__all__ = ["Compute", "GemmCore", "alu_op"]
+__all__ = ["AluLane", "Compute", "GemmCore", "alu_op", "mul_low32_parts"]
 
 
 def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
-    """The ALU on 32-bit signed operands (``sim.functional.alu_apply`` semantics).
+    """MIN/MAX/ADD/SHR on 32-bit signed operands (``sim.functional.alu_apply`` semantics).
 
     SHR by ``b``: arithmetic right shift by ``min(b, 31)`` when ``b >= 0``, else left shift by
-    ``-b`` (zero once ``-b >= 32``). ADD and MUL keep the low 32 bits.
+    ``-b`` (zero once ``-b >= 32``). ADD keeps the low 32 bits. MUL is not computed here (the
+    result is 0): :class:`AluLane` builds it from :func:`mul_low32_parts`.
     """
     a = a.as_signed()
     b = b.as_signed()
@@ -58,8 +63,6 @@ def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
             m.d.comb += res.eq(Mux(a > b, a, b))
         with m.Case(int(AluOp.ADD)):
             m.d.comb += res.eq(a + b)
-        with m.Case(int(AluOp.MUL)):
-            m.d.comb += res.eq(a * b)
         with m.Case(int(AluOp.SHR)):
             with m.If(b >= 0):
                 m.d.comb += res.eq(a >> right)
@@ -68,6 +71,68 @@ def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
             with m.Else():
                 m.d.comb += res.eq(0)
     return res
+
+
+def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, Signal]:
+    """The low 32 bits of ``a * b`` (32-bit operands) as ``lo + (cross << 16)``.
+
+    ``lo = a[:16] * b[:16]`` (unsigned 16 x 16 -> 32 bits: one 18x18 multiplier block) and
+    ``cross = a[16:] * b[:16] + a[:16] * b[16:] mod 2**16`` (:func:`mul_low_lut`, in LUTs);
+    ``a[16:] * b[16:]`` only reaches bits 32 and up. Signedness does not matter mod 2**32.
+    """
+    a = a.as_unsigned()
+    b = b.as_unsigned()
+    lo = Signal(32, name="mul_lo")
+    m.d.comb += lo.eq(a[:16] * b[:16])
+    cross = mul_low_lut(m, [(a[16:32], b[:16]), (a[:16], b[16:32])], 16, "mul_cross")
+    return lo, cross
+
+
+class AluLane(wiring.Component):
+    """One 32-bit ALU lane with a register stage: the result of ``op(a, b)`` one cycle later.
+
+    MIN/MAX/ADD/SHR results are registered; MUL registers its partial products
+    (:func:`mul_low32_parts`) and adds them after the register, so one lane costs one multiplier
+    block (the 45F's 72 blocks then hold the default 1x8x8 GEMM array and its 8 ALU lanes).
+
+    Ports
+    -----
+    op : In(3)
+        :class:`~accel.isa.AluOp`.
+    a, b : In(signed(32))
+        Operands (``acc[dst]`` and ``acc[src]`` or the immediate).
+    result : Out(signed(32))
+        ``sim.functional.alu_apply(op, a, b)`` of the operands of the previous cycle.
+    """
+
+    def __init__(self) -> None:
+        super().__init__({
+            "op": In(3),
+            "a": In(signed(32)),
+            "b": In(signed(32)),
+            "result": Out(signed(32)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        other = alu_op(m, self.op, self.a, self.b)
+        lo, cross = mul_low32_parts(m, self.a, self.b)
+        other_q = Signal(signed(32))
+        lo_q = Signal(32)
+        cross_q = Signal(16)
+        mul_q = Signal()
+        m.d.sync += [
+            other_q.eq(other),
+            lo_q.eq(lo),
+            cross_q.eq(cross),
+            mul_q.eq(self.op == int(AluOp.MUL)),
+        ]
+        product = Signal(32)
+        m.d.comb += [
+            product.eq(Cat(lo_q[:16], lo_q[16:] + cross_q)),
+            self.result.eq(Mux(mul_q, product, other_q)),
+        ]
+        return m
 
 
 class GemmCore(wiring.Component):
@@ -155,8 +220,6 @@ class Compute(wiring.Component):
         FINISH retires at the end of this cycle.
     issue, retire : Out
         Decode cycle / last cycle of an instruction (for tracing).
-    rank, after : Out
-        Event level and releasing modules of the last decode, for the DRAM arbiter.
     """
 
     def __init__(self, params: RtlParams) -> None:
@@ -181,8 +244,6 @@ class Compute(wiring.Component):
             "finish": Out(1),
             "issue": Out(1),
             "retire": Out(1),
-            "rank": Out(RANK_BITS),
-            "after": Out(len(REQUESTERS)),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -230,12 +291,6 @@ class Compute(wiring.Component):
             self.issue.eq(start),
             self.retire.eq(ctrl.last),
         ]
-        with m.If(start):
-            m.d.sync += [
-                self.rank.eq(ctrl.rank),
-                self.after.eq((ctrl.pop_prev_fresh << REQUESTERS.index("load"))
-                              | (ctrl.pop_next_fresh << REQUESTERS.index("store"))),
-            ]
 
         # ---------------------------------------------------------------- sequencer
         # The loop fields sit at different offsets in the GEMM and ALU formats. In the decode
@@ -406,8 +461,14 @@ class Compute(wiring.Component):
             b5.eq(Mux(use_imm_q, Cat(*([imm_q] * lanes)), forwarded(src4, src_data4))),
         ]
         for lane in range(lanes):
-            r = alu_op(m, op_q, a5.word_select(lane, 32), b5.word_select(lane, 32))
-            m.d.sync += res6.word_select(lane, 32).eq(r)
+            alu = AluLane()
+            m.submodules[f"alu_lane_{lane}"] = alu
+            m.d.comb += [
+                alu.op.eq(op_q),
+                alu.a.eq(a5.word_select(lane, 32)),
+                alu.b.eq(b5.word_select(lane, 32)),
+                res6.word_select(lane, 32).eq(alu.result),
+            ]
 
         # Write-back: GEMM in s5, ALU in s6.
         result = Signal(width)

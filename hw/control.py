@@ -16,15 +16,6 @@ Of two pushes (compute's ``push_prev`` and ``push_next``) the second is only log
 the first is accepted: its token is ``hold`` (invisible) until then and ``release``-d in the cycle
 the first is accepted.
 
-``rank`` orders the DRAM requests that modules make in the same cycle the way the timing
-simulator does. SimPy processes the events of one time step first-in first-out; the *level* of
-an event is how many events deep it was created within the step. A module's decode timeout is
-created at level ``n`` when: it retired at this edge (level 0) and made ``p`` pushes (levels
-``1..p``), took the next instruction (+1) and popped available tokens (+1 each); or it took an
-instruction fetch put now (level 2); and a token pushed now at level ``k`` reaches a waiting
-consumer at ``k + 1``. The first DRAM requests of the next cycle come in that order
-(:class:`hw.dram.DramArbiter`).
-
 ``pop_*_hint`` is the pop this module would make if none of its own pending pushes were accepted
 by a consumer popping in this same cycle. Compute's ``room`` inputs for the queues it feeds use
 the hints of load and store, which breaks the combinational loop compute -> load -> compute
@@ -40,9 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.queues import token_stream
 
-__all__ = ["RANK_BITS", "DepControl"]
-
-RANK_BITS = 4
+__all__ = ["DepControl"]
 
 _POPS = ("pop_prev", "pop_next")
 _PUSHES = ("push_prev", "push_next")
@@ -83,10 +72,6 @@ class DepControl(wiring.Component):
         That queue's consumer takes a token this cycle (or its hint, see the module docstring).
     hold, release : Out
         With two pushes: the second push's token is invisible / becomes visible now.
-    rank : Out
-        In the ``start`` cycle: the SimPy event level of this decode (module docstring).
-    <pop>_fresh : Out
-        In the ``start`` cycle: that pop took a token pushed at the last clock edge.
     """
 
     def __init__(self, insn_layout: data.Layout, pops: tuple[str, ...],
@@ -117,9 +102,6 @@ class DepControl(wiring.Component):
         if len(self._pushes) == 2:
             members["hold"] = Out(1)
             members["release"] = Out(1)
-        members["rank"] = Out(RANK_BITS)
-        for name in self._pops:
-            members[f"{name}_fresh"] = Out(1)
         super().__init__(members)
 
     @property
@@ -223,31 +205,6 @@ class DepControl(wiring.Component):
                 getattr(self, name).valid.eq(pushing[name]),
             ]
             m.d.sync += pend[name].eq(Mux(pushing[name], 1, pend[name] & ~ok[name]))
-        # SimPy event level of this decode (module docstring).
-        retired = Signal()
-        npush_q = Signal(2)
-        m.d.sync += retired.eq(self.last)
-        with m.If(self.last):
-            m.d.sync += npush_q.eq(sum(pushing.values()) if pushing else 0)
-        rank: object = Mux(take, Mux(retired, npush_q + 1, 2), 0)
-        for name in self._pops:
-            stream_in = getattr(self, name)
-            lvl = Signal(RANK_BITS, name=f"rank_{name}")
-            prev = Signal(RANK_BITS, name=f"rank_before_{name}")
-            m.d.comb += [
-                prev.eq(rank),
-                lvl.eq(Mux(fire[name],
-                           Mux(stream_in.payload > prev, stream_in.payload, prev) + 1, prev)),
-                getattr(self, f"{name}_fresh").eq(fire[name] & (stream_in.payload != 0)),
-            ]
-            rank = lvl
-        m.d.comb += self.rank.eq(rank)
-        if "push_prev" in self._pushes:
-            m.d.comb += self.push_prev.payload.eq(1)
-        if "push_next" in self._pushes:
-            first = current.mem.push_prev if "push_prev" in self._pushes else 0
-            m.d.comb += self.push_next.payload.eq(1 + first)
-
         if len(self._pushes) == 2:
             hold = Signal()
             both = pushing["push_prev"] & pushing["push_next"]

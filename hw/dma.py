@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from accel.isa import MemType, Opcode
 from hw.dram import dram_port
+from hw.lutmul import mul_low_lut
 from hw.params import BufferGeometry, RtlParams
 from hw.sram import BufferRead, BufferWrite
 
@@ -169,33 +170,43 @@ class LoadEngine(_Engine):
                 m.d.comb += shift_run.eq(g.elem_shift)
         s = self._walk(m, shift_now, write=False)
 
-        # Geometry of the padded block: computed from a copy of the instruction in the cycle
-        # after decode (the first data beat comes later still, since dram.latency >= 1), so that
-        # its multiplications stay off the decode cycle's paths.
+        # Geometry of the padded block, without multipliers. The decode cycle registers a copy
+        # of the instruction with the row length ``cols`` and ``sram_base + x_pad_0``; the
+        # setup cycle after it forms ``y_pad_0 * cols`` and ``y_pad_1 * cols`` (pad_bits-wide
+        # shift-and-add) before the first data beat, which comes later still (latency >= 1).
+        # The data rows of a block without side padding end where the tail begins, so that jump
+        # is taken from ``row_sram`` once the data is in; the walk ends on its last element.
         fields = Signal(self.insn.shape())
         setup = Signal()
-        with m.If(self.start):
-            m.d.sync += fields.eq(insn)
-        m.d.sync += setup.eq(self.start & ~s["zero"])
+        cols_now = Signal(size_bits + 2)
         cols = Signal(size_bits + 2)
+        base_x = Signal(addr_bits)
+        no_pad = Signal()
+        m.d.comb += cols_now.eq(insn.x_pad_0 + insn.x_size + insn.x_pad_1)
+        with m.If(self.start):
+            m.d.sync += [
+                fields.eq(insn),
+                cols.eq(cols_now),
+                base_x.eq(insn.sram_base + insn.x_pad_0),
+                no_pad.eq((insn.y_pad_0 == 0) & (insn.y_pad_1 == 0) & (insn.x_pad_0 == 0)
+                          & (insn.x_pad_1 == 0)),
+            ]
+        m.d.sync += setup.eq(self.start & ~s["zero"])
+        head_rows = mul_low_lut(m, [(cols, fields.y_pad_0)], addr_bits, "head_rows")
+        tail_rows = mul_low_lut(m, [(cols, fields.y_pad_1)], addr_bits + 1, "tail_rows")
         head = Signal(addr_bits)          # y_pad_0 * cols + x_pad_0
+        head_zero = Signal()
         mid = Signal(pad_bits + 1)        # x_pad_0 + x_pad_1, between data rows
         tail = Signal(addr_bits + 1)      # x_pad_1 + y_pad_1 * cols
-        block = Signal(addr_bits)         # y_size * x_size (data rows without side padding)
-        pad_total = Signal(addr_bits + 1)
         m.d.comb += [
-            cols.eq(fields.x_pad_0 + fields.x_size + fields.x_pad_1),
-            head.eq(fields.y_pad_0 * cols + fields.x_pad_0),
+            head.eq(head_rows + fields.x_pad_0),
+            head_zero.eq((fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)),
             mid.eq(fields.x_pad_0 + fields.x_pad_1),
-            tail.eq(fields.x_pad_1 + fields.y_pad_1 * cols),
-            block.eq(fields.y_size * fields.x_size),
-            pad_total.eq((fields.y_pad_0 + fields.y_pad_1) * cols + fields.y_size * mid),
+            tail.eq(tail_rows + fields.x_pad_1),
         ]
 
         row_sram = Signal(addr_bits)
         elem_ptr = Signal(addr_bits)
-        cols_q = Signal.like(cols)
-        pad_left = Signal(addr_bits + 1)
         # Pad walk: the padding is a head segment, side segments between data rows and a tail;
         # pad_addr walks it one element per cycle, seg_left counts down the current segment.
         pad_addr = Signal(addr_bits)
@@ -204,49 +215,50 @@ class LoadEngine(_Engine):
         mid_q = Signal.like(mid)
         tail_q = Signal.like(tail)
         x_size_q = Signal(size_bits)
-        block_q = Signal.like(block)
+        no_pad_q = Signal()
+        jump_data = Signal()              # no head and no side padding: start at the tail
 
         # Next padding segment after jumping over data from position ``at`` with ``rows_in`` data
-        # rows left: over all rows at once when no side padding separates them, else over one
-        # row to the side padding between rows (or, after the last, to the tail). In the setup
+        # rows left: over one row to the side padding between rows (or, after the last, to the
+        # tail); without side padding, over all rows at once to the tail, which starts where
+        # the last data row ended (``row_sram``, only used once the data is in). In the setup
         # cycle this reads the computed geometry, later the registered one.
         mid_sel = Signal.like(mid)
-        block_sel = Signal.like(block)
         tail_sel = Signal.like(tail)
         x_size_sel = Signal(size_bits)
         at = Signal(addr_bits)
         rows_in = Signal(size_bits)
         with m.If(setup):
-            m.d.comb += [mid_sel.eq(mid), block_sel.eq(block), tail_sel.eq(tail),
-                         x_size_sel.eq(fields.x_size), at.eq(fields.sram_base),
-                         rows_in.eq(fields.y_size)]
+            m.d.comb += [mid_sel.eq(mid), tail_sel.eq(tail), x_size_sel.eq(fields.x_size),
+                         at.eq(fields.sram_base), rows_in.eq(fields.y_size)]
         with m.Else():
-            m.d.comb += [mid_sel.eq(mid_q), block_sel.eq(block_q), tail_sel.eq(tail_q),
-                         x_size_sel.eq(x_size_q), at.eq(pad_addr + 1), rows_in.eq(pad_rows)]
+            m.d.comb += [mid_sel.eq(mid_q), tail_sel.eq(tail_q), x_size_sel.eq(x_size_q),
+                         at.eq(pad_addr + 1), rows_in.eq(pad_rows)]
         nxt_addr = Signal(addr_bits)
         nxt_seg = Signal(addr_bits + 1)
         nxt_rows = Signal(size_bits)
         with m.If(mid_sel == 0):
-            m.d.comb += [nxt_addr.eq(at + block_sel), nxt_rows.eq(0), nxt_seg.eq(tail_sel)]
+            m.d.comb += [nxt_addr.eq(row_sram), nxt_rows.eq(0), nxt_seg.eq(tail_sel)]
         with m.Else():
             m.d.comb += [
                 nxt_addr.eq(at + x_size_sel),
                 nxt_rows.eq(rows_in - 1),
                 nxt_seg.eq(Mux(rows_in > 1, mid_sel, tail_sel)),
             ]
+        pad_end = Signal()                # the element written now is the last of the padding
+        m.d.comb += pad_end.eq((seg_left == 1) & ((pad_rows == 0) | (nxt_seg == 0)))
 
         with m.If(setup):
             m.d.sync += [
-                row_sram.eq(fields.sram_base + head),
-                elem_ptr.eq(fields.sram_base + head),
-                cols_q.eq(cols),
-                pad_left.eq(pad_total),
+                row_sram.eq(base_x + head_rows),
+                elem_ptr.eq(base_x + head_rows),
+                no_pad_q.eq(no_pad),
                 mid_q.eq(mid),
                 tail_q.eq(tail),
                 x_size_q.eq(fields.x_size),
-                block_q.eq(block),
+                jump_data.eq(head_zero & (mid == 0)),
             ]
-            with m.If(head == 0):
+            with m.If(head_zero):
                 m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg), pad_rows.eq(nxt_rows)]
             with m.Else():
                 m.d.sync += [pad_addr.eq(fields.sram_base), seg_left.eq(head),
@@ -276,22 +288,23 @@ class LoadEngine(_Engine):
             with m.State("XFER"):
                 m.d.comb += loading.eq(s["beat"])
                 with m.If(s["all_end"]):
-                    with m.If(pad_left == 0):
+                    with m.If(no_pad_q):
                         m.d.comb += self.last.eq(1)
                         m.next = "IDLE"
                     with m.Else():
                         m.next = "PAD"
+                        with m.If(jump_data):
+                            m.d.sync += pad_addr.eq(row_sram + cols)
                 with m.Elif(s["burst_end"]):
                     m.next = "REQ"
             with m.State("PAD"):
                 m.d.comb += padding.eq(1)
-                m.d.sync += pad_left.eq(pad_left - 1)
                 with m.If(seg_left > 1):
                     m.d.sync += [pad_addr.eq(pad_addr + 1), seg_left.eq(seg_left - 1)]
                 with m.Else():
                     m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg),
                                  pad_rows.eq(nxt_rows)]
-                with m.If(pad_left == 1):
+                with m.If(pad_end):
                     m.d.comb += self.last.eq(1)
                     m.next = "IDLE"
 
@@ -331,7 +344,7 @@ class LoadEngine(_Engine):
             m.d.sync += beat_in_elem.eq(0)
         with m.If(loading):
             with m.If(s["row_end"]):
-                m.d.sync += [row_sram.eq(row_sram + cols_q), elem_ptr.eq(row_sram + cols_q)]
+                m.d.sync += [row_sram.eq(row_sram + cols), elem_ptr.eq(row_sram + cols)]
             with m.Else():
                 m.d.sync += elem_ptr.eq(elem_ptr + step)
         return m

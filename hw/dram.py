@@ -7,14 +7,10 @@ on ``rsp_data``; a write beat takes ``wr_data`` in the cycle of the strobe. The 
 decides when beats come (the timing simulator's channel: ``latency`` cycles after the request,
 then one per cycle); the channel is free again in the cycle after the last beat.
 
-Arbitration follows the timing simulator (``sim.timing.DramChannel``, a SimPy priority
-resource) cycle for cycle, including how SimPy orders requests made in the cycle the channel is
-released: waiting requests win by fixed priority fetch > load > compute > store; in the release
-cycle the previous holder's next request competes with the waiting ones only, otherwise new
-requests from load, compute and store compete with them too, but only the first of them in
-SimPy's event order (lowest ``rank``; on a tie, a module released by another's token goes
-before that one, else priority); a new fetch request is served in its first cycle only if
-nobody else asks.
+Arbitration is the timing simulator's (``sim.timing.DramChannel``): the channel is granted once
+per cycle, to the requester of highest fixed priority (fetch > load > compute > store) among
+all those asking in that cycle, whenever it is free - including the cycle after the previous
+holder's last beat, in which that holder may ask again.
 """
 
 from __future__ import annotations
@@ -23,7 +19,6 @@ from amaranth.hdl import Array, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.control import RANK_BITS
 from hw.params import RtlParams
 
 __all__ = ["REQUESTERS", "DramArbiter", "DramPort", "dram_port", "dram_request_layout"]
@@ -91,12 +86,7 @@ class DramArbiter(wiring.Component):
     Ports
     -----
     fetch, load, compute, store : In(DramPort)
-        The requesters.
-    load_rank, compute_rank, store_rank : In
-        SimPy event level of the decode that led to a module's first request
-        (``DepControl.rank``), registered by the module.
-    load_after, compute_after, store_after : In
-        Requesters whose token, pushed in that decode's cycle, the module popped.
+        The requesters, in priority order.
     dram : Out(DramPort)
         The channel.
     """
@@ -107,9 +97,6 @@ class DramArbiter(wiring.Component):
         port = DramPort(addr_bits, bytes_bits, beat_bits)
         self._beat_bytes = beat_bits // 8
         members: dict[str, object] = {name: In(port) for name in REQUESTERS}
-        for name in REQUESTERS[1:]:
-            members[f"{name}_rank"] = In(RANK_BITS)
-            members[f"{name}_after"] = In(len(REQUESTERS))
         members["dram"] = Out(port)
         super().__init__(members)
 
@@ -119,41 +106,20 @@ class DramArbiter(wiring.Component):
         ports = [getattr(self, name) for name in REQUESTERS]
         shift = (self._beat_bytes - 1).bit_length()
         busy = Signal()
-        release = Signal()
         holder = Signal(range(n))
         beats_left = Signal(self.dram.req.payload.bytes.shape().width + 1)
-        waited = Signal(n)      # asked in the previous cycle and was not granted
-
-        req = Signal(n)
-        for i, p in enumerate(ports):
-            m.d.comb += req[i].eq(p.req.valid)
-        waiting = Signal(n)
-        new = Signal(n)
-        m.d.comb += [waiting.eq(req & waited), new.eq(req & ~waited)]
-        fetch_bit = 1 << REQUESTERS.index("fetch")
-        units = ((1 << n) - 1) & ~fetch_bit
-        holder_bit = Signal(n)
-        m.d.comb += holder_bit.eq(1 << holder)
-        rerequest = Signal()
-        m.d.comb += rerequest.eq(release & ((req & holder_bit) != 0))
-        first = Signal(n)
-        with m.If(rerequest):
-            m.d.comb += first.eq(waiting | holder_bit)
-        with m.Else():
-            m.d.comb += first.eq(waiting | self._first_new(m, new & units))
-        cands = Signal(n)
-        m.d.comb += cands.eq(first)
-        with m.If(first == 0):
-            m.d.comb += cands.eq(new & fetch_bit)
 
         sel = Signal(range(n))
         for i in reversed(range(n)):
-            with m.If(cands[i]):
+            with m.If(ports[i].req.valid):
                 m.d.comb += sel.eq(i)
+        asking: object = Const(0, 1)
+        for p in ports:
+            asking = asking | p.req.valid
         payloads = Array(p.req.payload for p in ports)
         grant = Signal()
         m.d.comb += [
-            self.dram.req.valid.eq(~busy & (cands != 0)),
+            self.dram.req.valid.eq(~busy & asking),
             self.dram.req.payload.eq(payloads[sel]),
             grant.eq(self.dram.req.valid & self.dram.req.ready),
         ]
@@ -166,11 +132,6 @@ class DramArbiter(wiring.Component):
         wr = Array(p.wr_data for p in ports)
         m.d.comb += self.dram.wr_data.eq(wr[holder])
 
-        m.d.sync += release.eq(0)
-        granted_now = Signal(n)
-        for i in range(n):
-            m.d.comb += granted_now[i].eq(grant & (sel == i))
-        m.d.sync += waited.eq(req & ~granted_now)
         with m.If(grant):
             nbytes = self.dram.req.payload.bytes
             m.d.sync += [
@@ -181,36 +142,5 @@ class DramArbiter(wiring.Component):
         with m.Elif(busy & self.dram.rsp_valid):
             m.d.sync += beats_left.eq(beats_left - 1)
             with m.If(beats_left == 1):
-                m.d.sync += [busy.eq(0), release.eq(1)]
+                m.d.sync += busy.eq(0)
         return m
-
-    def _first_new(self, m: Module, new: Signal) -> Signal:
-        """One-hot: the new unit request SimPy makes first (see the module docstring)."""
-        n = len(REQUESTERS)
-        units = range(1, n)
-        rank = {i: getattr(self, f"{REQUESTERS[i]}_rank") for i in units}
-        after = {i: getattr(self, f"{REQUESTERS[i]}_after") for i in units}
-        wins = {}
-        for u in units:
-            beats_all: object = new[u]
-            for v in units:
-                if v == u:
-                    continue
-                beats = Signal(name=f"{REQUESTERS[u]}_before_{REQUESTERS[v]}")
-                tie_u_first = after[u][v] | (~after[v][u] & (u < v))
-                m.d.comb += beats.eq((rank[u] < rank[v]) | ((rank[u] == rank[v]) & tie_u_first))
-                beats_all = beats_all & (~new[v] | beats)
-            wins[u] = Signal(name=f"{REQUESTERS[u]}_first")
-            m.d.comb += wins[u].eq(beats_all)
-        out = Signal(n, name="first_new")
-        chosen: object = Const(0, 1)
-        for u in units:
-            with m.If(wins[u] & ~chosen):
-                m.d.comb += out.eq(1 << u)
-            chosen = chosen | wins[u]
-        # A cyclic order cannot come from SimPy; fall back to priority if it ever did.
-        with m.If(~chosen):
-            for u in reversed(units):
-                with m.If(new[u]):
-                    m.d.comb += out.eq(1 << u)
-        return out

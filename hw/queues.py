@@ -16,17 +16,12 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["TOKEN_LEVEL_BITS", "CommandQueue", "TokenQueue", "token_stream"]
-
-
-TOKEN_LEVEL_BITS = 2
+__all__ = ["CommandQueue", "TokenQueue", "token_stream"]
 
 
 def token_stream() -> stream.Signature:
-    """A token stream. The payload is the token's *put level* (see :mod:`hw.control`): on a
-    push, 1 or 2 for the producer's first or second push of an instruction; on a pop, that
-    level while the only visible token is one pushed at the last clock edge, else 0."""
-    return stream.Signature(TOKEN_LEVEL_BITS)
+    """A token stream: ``valid`` / ``ready`` only (a token carries no data)."""
+    return stream.Signature(0)
 
 
 def _check_depth(depth: object) -> int:
@@ -179,10 +174,7 @@ class TokenQueue(wiring.Component):
         m = Module()
         pushed = Signal()
         popped = Signal()
-        fresh = Signal(TOKEN_LEVEL_BITS)
-        m.d.sync += fresh.eq(Mux(self.push.valid, self.push.payload, 0))
         m.d.comb += [
-            self.pop.payload.eq(Mux(self.level > (fresh != 0), 0, fresh)),
             self.push.ready.eq(1),
             pushed.eq(self.push.valid),
             self.pop.valid.eq(Mux(self.hold, (self.level > 1) | self.release, self.level != 0)),

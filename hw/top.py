@@ -135,9 +135,6 @@ class Accelerator(wiring.Component):
         for name, unit in (("fetch", fetch), ("load", load), ("compute", compute),
                            ("store", store)):
             wiring.connect(m, unit.dram, getattr(arb, name))
-            if name != "fetch":
-                m.d.comb += [getattr(arb, f"{name}_rank").eq(unit.rank),
-                             getattr(arb, f"{name}_after").eq(unit.after)]
         wiring.connect(m, arb.dram, wiring.flipped(self.dram))
 
         m.submodules.inp_buffer = inp = SramBuffer(p.buffers["inp"])

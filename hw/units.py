@@ -7,9 +7,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from accel.isa import MemType
-from hw.control import RANK_BITS, DepControl
+from hw.control import DepControl
 from hw.dma import LoadEngine, StoreEngine
-from hw.dram import REQUESTERS, dram_port
+from hw.dram import dram_port
 from hw.params import RtlParams
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite
@@ -44,8 +44,6 @@ class LoadUnit(wiring.Component):
         Buffer writes.
     issue, retire : Out
         Decode cycle / last cycle of an instruction (for tracing).
-    rank, after : Out
-        Event level and releasing modules of the last decode, for the DRAM arbiter.
     """
 
     def __init__(self, params: RtlParams) -> None:
@@ -63,8 +61,6 @@ class LoadUnit(wiring.Component):
             "wr_wgt": Out(BufferWrite(params.buffers["wgt"])),
             "issue": Out(1),
             "retire": Out(1),
-            "rank": Out(RANK_BITS),
-            "after": Out(len(REQUESTERS)),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -89,11 +85,6 @@ class LoadUnit(wiring.Component):
             self.issue.eq(ctrl.start),
             self.retire.eq(eng.last),
         ]
-        with m.If(ctrl.start):
-            m.d.sync += [
-                self.rank.eq(ctrl.rank),
-                self.after.eq(ctrl.pop_next_fresh << REQUESTERS.index("compute")),
-            ]
         return m
 
 
@@ -124,8 +115,6 @@ class StoreUnit(wiring.Component):
         Out-buffer reads.
     issue, retire : Out
         Decode cycle / last cycle of an instruction (for tracing).
-    rank, after : Out
-        Event level and releasing modules of the last decode, for the DRAM arbiter.
     """
 
     def __init__(self, params: RtlParams) -> None:
@@ -142,8 +131,6 @@ class StoreUnit(wiring.Component):
             "rd_out": Out(BufferRead(params.buffers["out"])),
             "issue": Out(1),
             "retire": Out(1),
-            "rank": Out(RANK_BITS),
-            "after": Out(len(REQUESTERS)),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -167,9 +154,4 @@ class StoreUnit(wiring.Component):
             self.issue.eq(ctrl.start),
             self.retire.eq(eng.last),
         ]
-        with m.If(ctrl.start):
-            m.d.sync += [
-                self.rank.eq(ctrl.rank),
-                self.after.eq(ctrl.pop_prev_fresh << REQUESTERS.index("compute")),
-            ]
         return m

@@ -56,35 +56,74 @@ Process = Generator[simpy.Event, Any, Any]
 DRAM_PRIORITY = {"fetch": 0, "load": 1, "compute": 2, "store": 3}
 
 
+_AFTER_ALL = 2
+"""SimPy event priority processed after every URGENT (0) and NORMAL (1) event of a time step."""
+
+
+class _EndOfCycle(simpy.Event):
+    """An event processed after all other events of the current cycle, like a ``Timeout`` of 0
+    with a lower priority: everything the cycle's events cause at the same time comes first."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        env.schedule(self, _AFTER_ALL)
+
+
 class DramChannel:
     """The one DRAM channel: transactions hold it for ``latency + ceil(bytes / bpc)`` cycles.
 
-    Waiting requesters are granted in fixed priority order (fetch, load, compute, store), first
-    come first served within a priority.
+    The channel is granted once per cycle, at the end of the cycle: of all requests waiting then
+    (those made in this cycle, by whichever module and in whatever event order, included) the
+    one of highest fixed priority wins (fetch, load, compute, store). The holder releases it in
+    the cycle its transaction ends, so its next request competes in that same cycle. Nothing in
+    the result depends on the order SimPy processes one cycle's events in, which is what lets
+    the RTL's arbiter (``hw.dram``) match it with a plain priority encoder.
     """
 
     def __init__(self, env: simpy.Environment, cfg: HwConfig, sim: TimingSimulator) -> None:
         self.env = env
         self.cfg = cfg
         self.sim = sim
-        self.port = simpy.PriorityResource(env, capacity=1)
+        self.busy = False
+        self._waiting: dict[str, simpy.Event] = {}
+        self._arbitration: simpy.Event | None = None
 
     def transaction(self, who: str, nbytes: int) -> Process:
         """Move ``nbytes`` (at most one burst); account the requester's wait and busy time."""
         stats = self.sim.stats.modules[who]
         asked = self.env.now
-        with self.port.request(priority=DRAM_PRIORITY[who]) as grant:
-            yield grant
-            beats = costs.dram_cycles(nbytes, self.cfg) - self.cfg.dram.latency
-            granted = self.env.now
-            self.sim.count("dram bytes/cycle", granted + self.cfg.dram.latency,
-                           nbytes / beats if beats else 0.0)
-            yield self.env.timeout(self.cfg.dram.latency + beats)
-            self.sim.count("dram bytes/cycle", self.env.now, 0.0)
+        grant = self.env.event()
+        self._waiting[who] = grant
+        self._arbitrate_at_end_of_cycle()
+        yield grant
+        beats = costs.dram_cycles(nbytes, self.cfg) - self.cfg.dram.latency
+        granted = self.env.now
+        self.sim.count("dram bytes/cycle", granted + self.cfg.dram.latency,
+                       nbytes / beats if beats else 0.0)
+        yield self.env.timeout(self.cfg.dram.latency + beats)
+        self.sim.count("dram bytes/cycle", self.env.now, 0.0)
+        self.busy = False
+        self._arbitrate_at_end_of_cycle()
         stats.stall(DRAM_WAIT, granted - asked + self.cfg.dram.latency)
         stats.busy += beats
         self.sim.stats.dram_bytes += nbytes
         self.sim.stats.dram_busy += self.cfg.dram.latency + beats
+
+    def _arbitrate_at_end_of_cycle(self) -> None:
+        if self.busy or not self._waiting or self._arbitration is not None:
+            return
+        self._arbitration = _EndOfCycle(self.env)
+        self._arbitration.callbacks.append(self._grant)
+
+    def _grant(self, _: simpy.Event) -> None:
+        self._arbitration = None
+        if self.busy or not self._waiting:
+            return
+        who = min(self._waiting, key=DRAM_PRIORITY.__getitem__)
+        self.busy = True
+        self._waiting.pop(who).succeed()
 
 
 class _Unit:
