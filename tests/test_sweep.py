@@ -264,10 +264,11 @@ def test_local_run_rows_errors_traces_and_parquet(tmp_path: Path) -> None:
     assert table.schema.field("cycles").type == "int64"
 
 
-def test_fsim_backend_leaves_timing_columns_empty(tmp_path: Path) -> None:
+def test_fsim_backend_leaves_timing_columns_empty_and_checks_outputs(tmp_path: Path) -> None:
     spec = load_spec(write(tmp_path / "f.yaml", f"""\
 base: tiny
 backend: fsim
+check: true
 workloads:
   - conv2d: {small("a")}
 metrics: [cycles, gemm_utilization, dram_bytes]
