@@ -169,11 +169,14 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
     Timing does not depend on data, so while the caller runs a network's layers one after
     another (each needs the previous one's output), a second core can simulate the timing of
     the later ones. ``run_program(..., backend="sim")`` then picks the result up and only runs
-    the functional simulator. Does nothing where processes cannot be forked.
+    the functional simulator. Does nothing where processes cannot be forked, or in a daemonic
+    process (a worker of a process pool or of Dask), which may not have children.
     """
     import concurrent.futures
     import multiprocessing
 
+    if multiprocessing.current_process().daemon:
+        return  # a daemonic process (a pool or Dask worker) may not start children
     try:
         context = multiprocessing.get_context("fork")
     except ValueError:

@@ -21,7 +21,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -238,25 +238,6 @@ def _run_layer(point: Point, cfg: HwConfig, row: dict[str, Any]
     return [row], trace
 
 
-@contextlib.contextmanager
-def _prefetch_allowed() -> Iterator[None]:
-    """A daemonic process (a Dask worker) may not fork the timing prefetcher that
-    ``Executable.run`` starts on the sim backend; there, layers simulate in turn instead."""
-    import multiprocessing
-
-    if not multiprocessing.current_process().daemon:
-        yield
-        return
-    import runtime.executable as executable
-
-    saved = executable.prefetch_timing
-    executable.prefetch_timing = lambda *args, **kwargs: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        executable.prefetch_timing = saved
-
-
 def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
                ) -> tuple[list[dict[str, Any]], str | None]:
     import numpy as np
@@ -278,9 +259,8 @@ def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
     else:
         x = rng.integers(-128, 128, t.shape, dtype=np.int8)
     exe = accel.compile(graph, cfg, calibration=calibration)
-    with _prefetch_allowed():
-        _, report = exe.run(x, backend=point.backend, fallback="cpu", check=point.check,
-                            trace=point.traces)
+    _, report = exe.run(x, backend=point.backend, fallback="cpu", check=point.check,
+                        trace=point.traces)
     stats = {name: s for name, _, s in report.traces}
     rows = []
     for layer in report.layers:
