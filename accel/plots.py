@@ -72,7 +72,10 @@ def _save(fig: Any, out: Path, stem: str) -> list[Path]:
 
 
 def _ok(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("status") == "ok"]
+    """The successful rows in the sweep's point order (results are appended as points
+    finish, which with several workers is not that order)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    return sorted(ok, key=lambda r: r.get("point_index") or 0)
 
 
 def _need(rows: Sequence[dict[str, Any]], columns: Sequence[str], kind: str, group: str,
@@ -95,17 +98,31 @@ def _configs(rows: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def _labels(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """Config name -> what to print for it: the sweep's axis values (``wgt=65536,
-    bytes_per_cycle=16``) when the rows have ``axis.*`` columns, else the canonical name."""
+    """Config name -> what to print for it: the core shape and the sweep's other axis values
+    (``1x8x8 wgt=64K bytes_per_cycle=16``) when the rows have ``axis.*`` columns, else the
+    canonical name."""
     out: dict[str, str] = {}
     for r in rows:
         name = str(r["config_name"])
         if name in out:
             continue
         axes = [(k[len("axis."):], r[k]) for k in r if k.startswith("axis.")]
-        out[name] = (", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in axes)
-                     if axes else name)
+        if not axes:
+            out[name] = name
+            continue
+        parts = [str(r["core"])] if r.get("core") and any(
+            k.startswith("core.") for k, _ in axes) else []
+        parts += [f"{k.rsplit('.', 1)[-1]}={_amount(v)}" for k, v in axes
+                  if not k.startswith("core.")]
+        out[name] = " ".join(parts)
     return out
+
+
+def _amount(value: Any) -> str:
+    """Byte counts as ``32K`` / ``1M``; other values as they are."""
+    if isinstance(value, int) and value >= 1024 and value % 1024 == 0:
+        return f"{value // 1048576}M" if value % 1048576 == 0 else f"{value // 1024}K"
+    return str(value)
 
 
 def _layers(rows: Iterable[dict[str, Any]]) -> list[str]:
@@ -154,7 +171,8 @@ def plot_utilization(rows: Sequence[dict[str, Any]], out: Path,
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_yticks(range(len(configs)), [_short(labels[c], 48) for c in configs],
                       fontsize="small")
-        ax.set_xticks(range(len(layers)), layers, rotation=60, fontsize="small")
+        ax.set_xticks(range(len(layers)), layers, rotation=60, ha="right",
+                      rotation_mode="anchor", fontsize="small")
         fig.colorbar(image, ax=ax, label="GEMM utilisation (0-1)")
         ax.set_ylabel("config")
     else:
@@ -165,7 +183,9 @@ def plot_utilization(rows: Sequence[dict[str, Any]], out: Path,
             heights = [value.get((c, layer), np.nan) for layer in layers]
             ax.bar(x + (i - (len(configs) - 1) / 2) * width, heights, width,
                    label=_short(labels[c], 48))
-        ax.set_xticks(x, layers, rotation=60 if len(layers) > 6 else 0, fontsize="small")
+        ax.set_xticks(x, layers, rotation=60 if len(layers) > 6 else 0,
+                      ha="right" if len(layers) > 6 else "center", rotation_mode="anchor",
+                      fontsize="small")
         ax.set_ylim(0, 1)
         ax.set_ylabel("GEMM utilisation (0-1)")
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0),
@@ -209,8 +229,8 @@ def plot_stalls(rows: Sequence[dict[str, Any]], out: Path,
         ax.set_ylabel(f"{m}\nshare of cycles")
     axes[0].legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
                    title="cycles spent")
-    axes[-1].set_xticks(x, [_short(labels[c], 48) for c in configs], rotation=70,
-                        fontsize="x-small")
+    axes[-1].set_xticks(x, [_short(labels[c], 48) for c in configs], rotation=60,
+                        ha="right", rotation_mode="anchor", fontsize="x-small")
     axes[-1].set_xlabel("config")
     axes[0].set_title(_title(ok, "where the cycles go, per module"))
     return _save(fig, out, "stalls")
@@ -229,33 +249,34 @@ def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
           if r["dram_bytes"] > 0 and r["cycles"] > 0]
     if not ok:
         raise PlotError(f"{source}: the roofline plot needs rows with DRAM traffic and cycles")
-    configs, labels = _configs(ok), _labels(ok)
     fig, ax = plt.subplots(figsize=(8, 5.5))
     intensity = [2.0 * r["macs"] / r["dram_bytes"] for r in ok]
-    lo, hi = min(intensity) / 4, max(intensity) * 4
-    xs = np.geomspace(lo, hi, 200)
-    colours = plt.get_cmap("tab10" if len(configs) <= 10 else "tab20")
-    roofs = {}
-    for i, c in enumerate(configs):
-        r0 = next(r for r in ok if r["config_name"] == c)
-        peak = 2.0 * r0["peak_macs_per_cycle"] * r0["clock_mhz"] / 1000.0
-        bandwidth = r0["dram_bytes_per_cycle"] * r0["clock_mhz"] / 1000.0
-        roof = (round(peak, 6), round(bandwidth, 6))
+    xs = np.geomspace(min(intensity) / 4, max(intensity) * 4, 200)
+    # Points are coloured by their roof (core shape, clock, DRAM width): in a roofline what
+    # matters is which ceiling a point sits under; configs sharing a roof share a colour.
+    roofs: dict[tuple[float, float], list[dict[str, Any]]] = {}
+    for r in ok:
+        peak = 2.0 * r["peak_macs_per_cycle"] * r["clock_mhz"] / 1000.0
+        bandwidth = r["dram_bytes_per_cycle"] * r["clock_mhz"] / 1000.0
+        roofs.setdefault((peak, bandwidth), []).append(r)
+    colours = plt.get_cmap("tab10" if len(roofs) <= 10 else "tab20")
+    for i, ((peak, bandwidth), sel) in enumerate(sorted(roofs.items())):
         colour = colours(i % colours.N)
-        if roof not in roofs:  # configs sharing a roof draw it once
-            roofs[roof] = colour
-            ax.plot(xs, np.minimum(peak, xs * bandwidth), "--", color=colour, linewidth=1,
-                    alpha=0.8)
-        sel = [r for r in ok if r["config_name"] == c]
+        ax.plot(xs, np.minimum(peak, xs * bandwidth), "--", color=colour, linewidth=1)
+        n = len({r["config_name"] for r in sel})
         ax.scatter([2.0 * r["macs"] / r["dram_bytes"] for r in sel], [_gops(r) for r in sel],
-                   s=18, color=colour, label=_short(labels[c], 48), alpha=0.85)
+                   s=18, color=colour, alpha=0.85,
+                   label=f"{sel[0].get('core') or '?'}, {sel[0]['dram_bytes_per_cycle']:g} "
+                         f"B/cycle: {peak:g} GOPS, {bandwidth:g} GB/s ({n} config"
+                         f"{'s' if n > 1 else ''})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("operational intensity (ops per DRAM byte, 2 ops per MAC)")
     ax.set_ylabel("achieved throughput (GOPS)")
     ax.set_title(_title(ok, "roofline (dashed: peak compute and DRAM bandwidth)"))
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0), title="config")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0),
+              title="roof (core, DRAM width)")
     return _save(fig, out, "roofline")
 
 
