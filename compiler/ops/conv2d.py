@@ -20,7 +20,11 @@ from compiler.ops.requant import requantize_stages, schedule_requant
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, compute, if_then_else, placeholder, reduce_axis, sum
 
-__all__ = ["Conv2dKnobs", "Conv2dWorkload", "conv2d_compute", "conv2d_schedule"]
+__all__ = ["TILE_ORDERS", "Conv2dKnobs", "Conv2dWorkload", "conv2d_compute", "conv2d_schedule"]
+
+TILE_ORDERS: tuple[str, ...] = ("rows", "columns")
+"""Values of the ``tile_order`` knob, by index: which of the output-tile loops over rows
+(``y``) and columns (``x``) is the outer one. Output-channel tiles are outside both."""
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -89,7 +93,11 @@ class Conv2dWorkload:
 
 @dataclass(frozen=True)
 class Conv2dKnobs:
-    """Schedule knobs, VTA's names. Tiles count blocks (b, co, ci) or output pixels (h, w)."""
+    """Schedule knobs, VTA's names. Tiles count blocks (b, co, ci) or output pixels (h, w).
+
+    ``tile_order`` indexes :data:`TILE_ORDERS`: 0 walks the output tiles row by row (VTA's
+    order), 1 column by column.
+    """
 
     tile_b: int = 1
     tile_h: int = 1
@@ -98,6 +106,7 @@ class Conv2dKnobs:
     tile_co: int = 1
     oc_nthread: int = 1
     h_nthread: int = 1
+    tile_order: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -147,10 +156,21 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
     tensorize with GEMM, requantise with the ALU, virtual threads over output channel blocks
     and rows.
 
+    The output-tile loops run batch, output-channel, then rows and columns in the order
+    ``knobs.tile_order`` names (:data:`TILE_ORDERS`)::
+
+        tile_order 0 (rows)             tile_order 1 (columns)
+        for n.outer:                    for n.outer:
+          for o.outer.outer:              for o.outer.outer:
+            for y.outer.outer:              for x.outer:
+              for x.outer:                    for y.outer.outer:
+                for o.outer.inner:  # vthread   for o.outer.inner:  # vthread
+                  ...                             ...
+
     Raises
     ------
     LoweringError
-        Knobs that do not divide the layer's dimensions.
+        Knobs that do not divide the layer's dimensions, or an unknown tile order.
     """
     nb, cib, cob = wl.blocks(cfg)
     _check_divides("tile_b", knobs.tile_b, nb, "batch blocks")
@@ -160,6 +180,10 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
     _check_divides("tile_h * h_nthread", knobs.tile_h * knobs.h_nthread, wl.out_height,
                    "output rows")
     _check_divides("tile_w", knobs.tile_w, wl.out_width, "output columns")
+    if knobs.tile_order not in range(len(TILE_ORDERS)):
+        raise LoweringError(
+            f"knob tile_order = {knobs.tile_order} is not one of "
+            + ", ".join(f"{i} ({name})" for i, name in enumerate(TILE_ORDERS)))
     t = conv2d_compute(wl, cfg)
     s = create_schedule(t["out"])
     out, conv = s.tensor("out"), s.tensor("conv")
@@ -176,7 +200,8 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
     x_o, x_i = so.split(x, knobs.tile_w)
     o_oo, o_v = so.split(o_o, knobs.oc_nthread)
     y_oo, y_v = so.split(y_o, knobs.h_nthread)
-    so.reorder(n_o, o_oo, y_oo, x_o, o_v, y_v, n_i, o_i, y_i, x_i)
+    rows_cols = (y_oo, x_o) if knobs.tile_order == 0 else (x_o, y_oo)
+    so.reorder(n_o, o_oo, *rows_cols, o_v, y_v, n_i, o_i, y_i, x_i)
     if knobs.oc_nthread > 1:
         so.vthread(o_v)
     if knobs.h_nthread > 1:
