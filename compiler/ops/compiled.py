@@ -16,6 +16,7 @@ from accel.config import HwConfig
 from accel.dram import Dram, pack_activation, pack_weight, unpack_activation
 from accel.program import Program
 from compiler.build import build
+from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
 from compiler.ops.heuristic import default_conv2d_knobs
 from compiler.ops.matmul import (
@@ -25,7 +26,8 @@ from compiler.ops.matmul import (
     matmul_schedule,
 )
 
-__all__ = ["CompiledOp", "cache_clear", "compile_conv2d", "compile_matmul"]
+__all__ = ["CompiledOp", "cache_clear", "compile_conv2d", "compile_matmul", "conv2d_program",
+           "logged_knobs", "matmul_program"]
 
 _CACHE: dict[tuple[str, str, Any], CompiledOp] = {}
 
@@ -102,22 +104,67 @@ def _compiled(wl: Conv2dWorkload | MatmulWorkload, knobs: Conv2dKnobs | MatmulKn
     return _CACHE[key]
 
 
-def compile_conv2d(wl: Conv2dWorkload, cfg: HwConfig,
-                   knobs: Conv2dKnobs | None = None) -> CompiledOp:
-    """Compile ``wl`` for ``cfg`` with ``knobs`` (default: the heuristic's), cached."""
-    chosen = knobs or default_conv2d_knobs(wl, cfg)
-    return _compiled(wl, chosen, cfg, lambda: build(
-        conv2d_schedule(wl, chosen, cfg), cfg, "conv2d",
-        meta={"signature": wl.signature(), "knobs": chosen.to_dict()}).program)
+def conv2d_program(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs) -> Program:
+    """Build ``wl`` for ``cfg`` with ``knobs``, uncached (the tuner builds thousands of
+    settings once each; keeping them would only fill memory and the disk cache).
+
+    Raises
+    ------
+    compiler.errors.LoweringError
+        Knobs the schedule or a pass rejects.
+    """
+    return build(conv2d_schedule(wl, knobs, cfg), cfg, "conv2d",
+                 meta={"signature": wl.signature(), "knobs": knobs.to_dict()}).program
 
 
-def compile_matmul(wl: MatmulWorkload, cfg: HwConfig,
-                   knobs: MatmulKnobs | None = None) -> CompiledOp:
-    """Compile ``wl`` for ``cfg`` with ``knobs`` (default: the heuristic's), cached."""
-    chosen = knobs or default_matmul_knobs(wl, cfg)
-    return _compiled(wl, chosen, cfg, lambda: build(
-        matmul_schedule(wl, chosen, cfg), cfg, "matmul",
-        meta={"signature": wl.signature(), "knobs": chosen.to_dict()}).program)
+def matmul_program(wl: MatmulWorkload, cfg: HwConfig, knobs: MatmulKnobs) -> Program:
+    """Build ``wl`` for ``cfg`` with ``knobs``, uncached (see :func:`conv2d_program`)."""
+    return build(matmul_schedule(wl, knobs, cfg), cfg, "matmul",
+                 meta={"signature": wl.signature(), "knobs": knobs.to_dict()}).program
+
+
+def logged_knobs(tuning_log: Any, wl: Conv2dWorkload | MatmulWorkload, cfg: HwConfig,
+                 cls: type[Conv2dKnobs] | type[MatmulKnobs]) -> Any:
+    """The knobs of the fastest record of ``wl`` on ``cfg`` in ``tuning_log`` (a
+    :class:`compiler.tune.log.TuningLog` or a path), or None when it has none.
+
+    Raises
+    ------
+    compiler.errors.LoweringError
+        The record's knobs are not fields of ``cls`` (a log from another version).
+    """
+    from compiler.tune.log import as_log
+
+    log = as_log(tuning_log)
+    record = log.best(cfg.name, wl.signature())
+    if record is None:
+        return None
+    try:
+        return cls(**record.knobs)
+    except TypeError:
+        raise LoweringError(f"{log.path}: the logged knobs {record.knobs} of {wl.signature()} "
+                            f"are not {cls.__name__} fields") from None
+
+
+def compile_conv2d(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs | None = None,
+                   tuning_log: Any = None) -> CompiledOp:
+    """Compile ``wl`` for ``cfg``, cached.
+
+    Knobs: ``knobs`` when given; else the fastest logged for (``cfg.name``,
+    ``wl.signature()``) in ``tuning_log`` (a :class:`compiler.tune.log.TuningLog` or a
+    path) when it has one; else the heuristic's.
+    """
+    chosen = knobs or (logged_knobs(tuning_log, wl, cfg, Conv2dKnobs) if tuning_log is not None
+                       else None) or default_conv2d_knobs(wl, cfg)
+    return _compiled(wl, chosen, cfg, lambda: conv2d_program(wl, cfg, chosen))
+
+
+def compile_matmul(wl: MatmulWorkload, cfg: HwConfig, knobs: MatmulKnobs | None = None,
+                   tuning_log: Any = None) -> CompiledOp:
+    """Compile ``wl`` for ``cfg``, cached; knobs chosen as :func:`compile_conv2d` does."""
+    chosen = knobs or (logged_knobs(tuning_log, wl, cfg, MatmulKnobs) if tuning_log is not None
+                       else None) or default_matmul_knobs(wl, cfg)
+    return _compiled(wl, chosen, cfg, lambda: matmul_program(wl, cfg, chosen))
 
 
 def pack_conv2d_args(op: CompiledOp, x: np.ndarray, w: np.ndarray,
