@@ -138,6 +138,7 @@ def conv2d(
     x: Any, w: Any, bias: Any = None, stride: int | tuple[int, int] = 1,
     padding: int | tuple[int, int] = 0, shift: int = 0, relu: bool = False,
     config: HwConfig | str | None = None, backend: str = "sim", knobs: Any = None,
+    tuning_log: Any = None,
 ) -> tuple[Any, Report]:
     """Run an int8 conv2d on the accelerator: compile (cached), lay out DRAM, run, unpack.
 
@@ -151,7 +152,10 @@ def conv2d(
     backend
         ``"fsim"``, ``"sim"`` or ``"rtl"``.
     knobs
-        A :class:`compiler.ops.conv2d.Conv2dKnobs`; default: the heuristic's choice.
+        A :class:`compiler.ops.conv2d.Conv2dKnobs`; default: the fastest logged in
+        ``tuning_log`` for this layer and config, else the heuristic's choice.
+    tuning_log
+        A tuning log (path or :class:`compiler.tune.log.TuningLog`) written by ``accel tune``.
 
     Returns
     -------
@@ -164,6 +168,8 @@ def conv2d(
         Bad arguments (the kernels' messages).
     compiler.errors.LoweringError
         The layer cannot be compiled for this config.
+    compiler.tune.log.TuningLogError
+        ``tuning_log`` names no file, or cannot be read.
     """
     from compiler.ops.compiled import compile_conv2d, pack_conv2d_args
     from compiler.ops.conv2d import Conv2dWorkload
@@ -174,7 +180,7 @@ def conv2d(
     cfg = load_config(config) if not isinstance(config, HwConfig) else config
     wl = Conv2dWorkload(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
                         w.shape[2], w.shape[3], sh, sw, ph, pw, bias is not None, shift, relu)
-    op = compile_conv2d(wl, cfg, knobs)
+    op = compile_conv2d(wl, cfg, knobs, tuning_log=_tuning_log(tuning_log))
     image = op.dram(**pack_conv2d_args(op, x, w, bias))
     result = run_program(op.program, image, config=cfg, backend=backend)
     y = op.read_output(image, (wl.batch, wl.out_channels, wl.out_height, wl.out_width))
@@ -247,6 +253,7 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None) -> Any
 def compile(
     model: Any, config: HwConfig | str | None = None, batch: int = 1,
     image_size: int | None = None, calibration: Any = None, knobs: dict[str, Any] | None = None,
+    tuning_log: Any = None,
 ) -> Any:
     """Compile a network for ``config``: graph passes, partitioning, per-layer programs.
 
@@ -261,17 +268,42 @@ def compile(
     calibration
         Sample float inputs for quantising a float (ONNX) model.
     knobs
-        Per-node schedule knobs (node name -> knobs), e.g. from a tuning log.
+        Per-node schedule knobs (node name -> knobs); they take precedence over the log.
+    tuning_log
+        A tuning log (path or :class:`compiler.tune.log.TuningLog`) written by ``accel tune``:
+        every conv2d and dense layer it holds records for (same config, same signature) is
+        compiled with its fastest logged knobs; the others get the heuristic's.
 
     Returns
     -------
     runtime.executable.Executable
         ``outputs, report = exe.run(x, backend="sim", fallback="cpu")``.
+
+    Raises
+    ------
+    compiler.tune.log.TuningLogError
+        ``tuning_log`` names no file, or cannot be read.
     """
     from compiler.graph.passes import optimize
     from runtime.executable import Executable
 
     cfg = load_config(config) if not isinstance(config, HwConfig) else config
+    log = _tuning_log(tuning_log)
     graph = load_model(model, batch=batch, image_size=image_size)
     graph = optimize(graph, cfg, calibration=calibration)
-    return Executable(graph, cfg, knobs=knobs)
+    return Executable(graph, cfg, knobs=knobs, tuning_log=log)
+
+
+def _tuning_log(log: Any) -> Any:
+    """``log`` as a :class:`compiler.tune.log.TuningLog` (None stays None); a path must name
+    an existing file."""
+    if log is None:
+        return None
+    from compiler.tune.log import TuningLog, TuningLogError
+
+    if isinstance(log, TuningLog):
+        return log
+    out = TuningLog(log)
+    if not out.path.is_file():
+        raise TuningLogError(f"{out.path}: no such tuning log")
+    return out

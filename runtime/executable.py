@@ -219,19 +219,29 @@ class Executable:
     cfg
         The hardware the accelerator nodes are compiled for.
     knobs
-        Optional per-node knobs (node name -> knobs), e.g. from a tuning log.
+        Optional per-node knobs (node name -> knobs).
+    tuning_log
+        Optional tuning log (:class:`compiler.tune.log.TuningLog` or path): conv2d and dense
+        nodes without explicit knobs use the fastest knobs it holds for their workload on
+        ``cfg``, else the heuristic's.
     """
 
-    def __init__(self, graph: Graph, cfg: HwConfig, knobs: dict[str, Any] | None = None) -> None:
+    def __init__(self, graph: Graph, cfg: HwConfig, knobs: dict[str, Any] | None = None,
+                 tuning_log: Any = None) -> None:
         graph.verify()
         self.graph = graph
         self.cfg = cfg
         self.compiled: dict[str, CompiledOp] = {}
         self.packed: dict[str, dict[str, np.ndarray]] = {}
         knobs = knobs or {}
+        if tuning_log is not None:
+            from compiler.tune.log import as_log
+
+            tuning_log = as_log(tuning_log)  # read once for every node
         for node in graph.nodes:
             if node.attrs.get("target") == "accel":
-                self.compiled[node.name] = self._compile(node, knobs.get(node.name))
+                self.compiled[node.name] = self._compile(node, knobs.get(node.name),
+                                                         tuning_log)
 
     # ------------------------------------------------------------------ compilation
     def _workload(self, node: Node) -> Conv2dWorkload | MatmulWorkload | AddWorkload:
@@ -251,7 +261,7 @@ class Executable:
                                   int(a.get("shift", 0)), bool(a.get("relu", False)))
         raise GraphError(f"node {node.name}: {node.op} cannot run on the accelerator")
 
-    def _compile(self, node: Node, knobs: Any) -> CompiledOp:
+    def _compile(self, node: Node, knobs: Any, tuning_log: Any = None) -> CompiledOp:
         wl = self._workload(node)
         cfg = self.cfg
         if isinstance(wl, AddWorkload):
@@ -261,11 +271,11 @@ class Executable:
         w = self.graph.params[node.attrs["weight"]]
         bias = node.attrs.get("bias")
         if isinstance(wl, Conv2dWorkload):
-            op = compile_conv2d(wl, cfg, knobs)
+            op = compile_conv2d(wl, cfg, knobs, tuning_log=tuning_log)
             packed = {"kernel": pack_weight(w, cfg.block_out, cfg.block_in)}
             channels = w.shape[0]
         else:
-            op = compile_matmul(wl, cfg, knobs)
+            op = compile_matmul(wl, cfg, knobs, tuning_log=tuning_log)
             packed = {"b": pack_weight(np.ascontiguousarray(w)[:, :, None, None],
                                        cfg.block_out, cfg.block_in)[:, :, 0, 0]}
             channels = w.shape[0]

@@ -1,0 +1,174 @@
+"""Measurements for the tuners: build a knob setting and time it on the timing simulator.
+
+:class:`SimMeasure` is the ``measure`` callable of :meth:`compiler.tune.tuners.Tuner.tune`: it
+builds each setting of a batch (uncached, :func:`compiler.ops.compiled.conv2d_program`) and runs
+only the SimPy timing model on it (``TimingSimulator(cfg).run(program, Dram())``: cycles depend
+on neither data nor DRAM addresses), in forked worker processes, one setting per worker at a
+time. A setting that fails to build is reported with its error and never simulated.
+
+Measurements are deterministic, so they are cached by (config name, operator signature,
+knobs): a setting measured once, by any tuner or seed, is answered from the cache (and still
+counts as a trial of the tuner that asked). The cache can persist in a tuning log file.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from accel.config import HwConfig
+from accel.dram import Dram
+from compiler.errors import LoweringError
+from compiler.ops.compiled import conv2d_program, matmul_program
+from compiler.ops.conv2d import Conv2dWorkload
+from compiler.ops.matmul import MatmulWorkload
+from compiler.tune.log import TuningLog, as_log
+from compiler.tune.task import Task
+from compiler.tune.tuners import MeasureResult
+from sim.timing import TimingSimulator
+
+__all__ = ["SimMeasure", "default_workers", "measure_knobs"]
+
+CacheKey = tuple[str, str, tuple[tuple[str, int], ...]]
+
+
+def default_workers() -> int:
+    """Worker processes used when none are asked for: ``min(2, cpu count)``."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def measure_knobs(workload: Conv2dWorkload | MatmulWorkload, cfg: HwConfig,
+                  knobs: Any) -> MeasureResult:
+    """Build ``workload`` with ``knobs`` and return its cycles on the timing simulator, or the
+    build error (then nothing is simulated)."""
+    start = time.perf_counter()
+    try:
+        if isinstance(workload, Conv2dWorkload):
+            program = conv2d_program(workload, cfg, knobs)
+        else:
+            program = matmul_program(workload, cfg, knobs)
+    except LoweringError as exc:
+        return MeasureResult(None, f"build: {exc}", time.perf_counter() - start)
+    stats = TimingSimulator(cfg).run(program, Dram())
+    return MeasureResult(int(stats.cycles), None, time.perf_counter() - start)
+
+
+def _init_worker() -> None:
+    # One spinning OpenMP thread per process is plenty on a shared 2-core machine, and a
+    # Ctrl-C is the parent's to handle (it shuts the pool down).
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _key(task: Task, knobs: Any) -> CacheKey:
+    return (task.config.name, task.signature, tuple(sorted(knobs.to_dict().items())))
+
+
+class SimMeasure:
+    """Measure batches of knob settings on the timing simulator, in parallel.
+
+    Parameters
+    ----------
+    workers
+        Worker processes (default :func:`default_workers`); 1 measures in this process.
+    cache
+        Answer settings measured before from memory.
+    cache_log
+        A tuning log (or its path) whose records seed the cache and to which every new
+        measurement is appended (tuner ``"measure"``), so a later run reuses them.
+
+    Raises
+    ------
+    ValueError
+        ``workers < 1``.
+    """
+
+    def __init__(self, workers: int | None = None, cache: bool = True,
+                 cache_log: TuningLog | str | os.PathLike[str] | None = None) -> None:
+        workers = default_workers() if workers is None else workers
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.cache_enabled = cache or cache_log is not None
+        self.cache: dict[CacheKey, int] = {}
+        self.cache_log = as_log(cache_log) if cache_log is not None else None
+        if self.cache_log is not None:
+            for rec in self.cache_log.records():
+                key = (rec.config, rec.op, tuple(sorted(rec.knobs.items())))
+                self.cache.setdefault(key, rec.cycles)
+        self.simulated = 0
+        """Settings built and simulated (cache hits and build failures not counted)."""
+        self.hits = 0
+        """Settings answered from the cache."""
+        self.failures = 0
+        """Settings that failed to build."""
+        self.busy_seconds = 0.0
+        """Wall time the builds and simulations took, summed over workers."""
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+
+    # ------------------------------------------------------------------ pool
+    def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
+        if self._pool is None:
+            try:
+                context = multiprocessing.get_context("fork")
+            except ValueError:
+                context = multiprocessing.get_context()
+            self._pool = concurrent.futures.ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=context, initializer=_init_worker)
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the worker processes (a later call starts new ones)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> SimMeasure:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ measuring
+    def __call__(self, task: Task, knobs_list: Sequence[Any]) -> list[MeasureResult]:
+        """One :class:`~compiler.tune.tuners.MeasureResult` per setting, in order."""
+        results: list[MeasureResult | None] = [None] * len(knobs_list)
+        todo: dict[CacheKey, list[int]] = {}
+        for i, knobs in enumerate(knobs_list):
+            key = _key(task, knobs)
+            if self.cache_enabled and key in self.cache:
+                results[i] = MeasureResult(self.cache[key], cached=True)
+                self.hits += 1
+            else:
+                todo.setdefault(key, []).append(i)
+        firsts = [idxs[0] for idxs in todo.values()]
+        jobs = [(task.workload, task.config, knobs_list[i]) for i in firsts]
+        if self.workers == 1 or len(jobs) <= 1:
+            measured = [measure_knobs(*job) for job in jobs]
+        else:
+            pool = self._executor()
+            try:
+                measured = list(pool.map(measure_knobs, *zip(*jobs, strict=True)))
+            except BaseException:
+                self.close()
+                raise
+        for (key, idxs), r in zip(todo.items(), measured, strict=True):
+            self.busy_seconds += r.seconds
+            if r.cycles is None:
+                self.failures += 1
+            else:
+                self.simulated += 1
+                if self.cache_enabled:
+                    self.cache[key] = r.cycles
+                if self.cache_log is not None:
+                    self.cache_log.add(key[0], key[1], dict(key[2]), r.cycles, "measure")
+            results[idxs[0]] = r
+            for i in idxs[1:]:
+                results[i] = MeasureResult(r.cycles, r.error, 0.0, cached=r.cycles is not None)
+        return [r for r in results if r is not None]
