@@ -152,6 +152,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from compiler.graph.ir import GraphError
 
     cfg = _config(args.config)
+    if args.tuning_log and not Path(args.tuning_log).is_file():
+        raise CliError(f"{args.tuning_log}: no such tuning log")
     is_onnx = str(args.model).endswith(".onnx")
     started = time.perf_counter()
     try:
@@ -166,10 +168,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:
             x = rng.integers(-128, 128, t.shape, dtype=np.int8)
             calibration = None
-        exe = accel.compile(graph, cfg, calibration=calibration)
+        exe = accel.compile(graph, cfg, calibration=calibration, tuning_log=args.tuning_log)
     except (GraphError, LoweringError) as exc:
         raise CliError(str(exc)) from None
     compiled = time.perf_counter()
+    if args.tuning_log:
+        logged = _logged_layers(exe, args.tuning_log)
+        print(f"tuning log {args.tuning_log}: {logged} of {len(exe.compiled)} accelerator "
+              "layers use logged knobs, the others the heuristic's")
     check = (not is_onnx) if args.check is None else args.check
     out_dir = Path(args.out) if args.out else None
     outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
@@ -205,6 +211,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"wrote {out_dir}/report.json, layers.csv"
               + (", utilization.png, trace.json" if args.backend != "fsim" else ""))
     return 1 if check and report.check is False else 0
+
+
+def _logged_layers(exe: Any, path: str) -> int:
+    """How many of ``exe``'s compiled layers have a record in the tuning log at ``path``."""
+    from compiler.tune.log import TuningLog
+
+    log = TuningLog(path)
+    return sum(log.best(exe.cfg.name, op.workload.signature()) is not None
+               for op in exe.compiled.values())
 
 
 # ---------------------------------------------------------------------- parser
@@ -243,11 +258,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", dest="check", action="store_true", default=None,
                    help="compare every layer with the numpy reference (default for zoo models)")
     p.add_argument("--no-check", dest="check", action="store_false")
+    p.add_argument("--tuning-log", metavar="FILE",
+                   help="compile conv2d/dense layers with the best knobs of this accel tune log")
     p.set_defaults(func=cmd_run)
 
     from hw.cli import add_parsers as add_hw_parsers
 
     add_hw_parsers(sub)  # verilog, synth
+
+    from accel.cli_plot import add_parsers as add_plot_parsers
+    from accel.cli_sweep import add_parsers as add_sweep_parsers
+    from accel.cli_tune import add_parsers as add_tune_parsers
+
+    add_sweep_parsers(sub)  # sweep
+    add_plot_parsers(sub)  # plot
+    add_tune_parsers(sub)  # tune
 
     p = sub.add_parser("asm", help="assemble a .s file into a binary program")
     p.add_argument("source", help="assembly text (the form accel disasm prints)")

@@ -1,0 +1,221 @@
+"""The ``accel tune`` command: tune the conv2d schedules of a model or of ResNet-18 layers.
+
+::
+
+    accel tune C2-C12 --trials 64                   # the TVM paper's ResNet-18 layers
+    accel tune resnet18 --config vta_1x16x16 --tuner ga --log vta.jsonl
+    accel run resnet18 --tuning-log tuning.jsonl    # then compile with the best knobs found
+
+For every distinct accelerator conv2d workload, the heuristic's knobs are measured first (the
+baseline, logged with tuner ``heuristic``), then the tuner measures ``--trials`` settings on
+the timing simulator in ``--workers`` processes; every measurement is appended to the log.
+Progress goes to stderr, the summary table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from typing import Any
+
+__all__ = ["TuneError", "add_parsers", "cmd_tune", "parse_layers"]
+
+_ITEM = re.compile(r"[Cc](\d+)(?:-[Cc]?(\d+))?")
+
+
+class TuneError(ValueError):
+    """Bad input to ``accel tune``; the message is one line naming it."""
+
+
+def parse_layers(spec: str) -> list[str] | None:
+    """The ResNet-18 layer names of a list like ``C2,C3,C9`` or ``C2-C12`` (in order, once
+    each), or None when ``spec`` is not a layer list (then it names a model).
+
+    Raises
+    ------
+    TuneError
+        A layer outside C1..C12 or a range that runs backwards.
+    """
+    from compiler.ops.workloads import RESNET18_LAYERS
+
+    items = [item.strip() for item in spec.split(",")]
+    matches = [_ITEM.fullmatch(item) for item in items]
+    if not all(matches):
+        if any(matches) or "," in spec:
+            bad = next(item for item, m in zip(items, matches, strict=True) if not m)
+            raise TuneError(f"bad layer {bad!r} in {spec!r}; expected names like C2 or "
+                            "ranges like C2-C12")
+        return None
+    names: list[str] = []
+    for item, m in zip(items, matches, strict=True):
+        assert m is not None
+        lo, hi = int(m[1]), int(m[2] or m[1])
+        if lo > hi:
+            raise TuneError(f"layer range {item!r} runs backwards")
+        for i in range(lo, hi + 1):
+            name = f"C{i}"
+            if name not in RESNET18_LAYERS:
+                raise TuneError(f"unknown layer {name} in {spec!r}; expected C1..C"
+                                f"{len(RESNET18_LAYERS)} (ResNet-18 layers of the TVM paper)")
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any]]:
+    """(label, workload) of every distinct conv2d to tune."""
+    from compiler.ops.workloads import resnet18_layer
+
+    layers = parse_layers(args.target)
+    if layers is not None:
+        return [(name, resnet18_layer(name, batch=args.batch)) for name in layers]
+    import accel
+    from compiler.errors import LoweringError
+    from compiler.graph.ir import GraphError
+    from compiler.ops.conv2d import Conv2dWorkload
+
+    try:
+        graph = accel.load_model(args.target, batch=args.batch, image_size=args.image_size)
+        calibration = None
+        first = graph.values[graph.inputs[0]]
+        if first.dtype == "float32":  # a float ONNX model: quantise as accel run does
+            import numpy as np
+
+            rng = np.random.default_rng(0)
+            calibration = [{graph.inputs[0]: rng.standard_normal(first.shape).astype(np.float32)}
+                           for _ in range(8)]
+        exe = accel.compile(graph, cfg, calibration=calibration)
+    except (GraphError, LoweringError) as exc:
+        raise TuneError(str(exc)) from None
+    found: dict[str, tuple[list[str], Any]] = {}
+    for node, op in exe.compiled.items():
+        if isinstance(op.workload, Conv2dWorkload):
+            found.setdefault(op.workload.signature(), ([], op.workload))[0].append(node)
+    if not found:
+        raise TuneError(f"{args.target}: no conv2d layer runs on the accelerator of {cfg.name}")
+    out = []
+    for nodes, wl in found.values():
+        label = nodes[0] + (f" (+{len(nodes) - 1})" if len(nodes) > 1 else "")
+        out.append((label, wl))
+    return out
+
+
+def _short(wl: Any) -> str:
+    return (f"{wl.height}x{wl.width} {wl.in_channels}->{wl.out_channels} "
+            f"k{wl.kernel_h} s{wl.stride_h}")
+
+
+def _knob_text(knobs: Any) -> str:
+    from compiler.ops.conv2d import TILE_ORDERS
+
+    k = knobs.to_dict()
+    return (f"b{k['tile_b']} h{k['tile_h']} w{k['tile_w']} ci{k['tile_ci']} co{k['tile_co']} "
+            f"t{k['oc_nthread']}x{k['h_nthread']} {TILE_ORDERS[k['tile_order']]}")
+
+
+class _Progress:
+    """One updating status line on a terminal; a line per batch otherwise."""
+
+    def __init__(self, stream: Any, n_layers: int) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.n_layers = n_layers
+        self.start = time.perf_counter()
+
+    def show(self, k: int, label: str, text: str, end: bool = False) -> None:
+        line = (f"[{k}/{self.n_layers}] {label:<16.16} {text} "
+                f"{time.perf_counter() - self.start:6.1f}s")
+        if self.tty:
+            self.stream.write("\r" + line.ljust(100)[:100] + ("\n" if end else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from accel.config import load_config
+    from compiler.errors import LoweringError
+    from compiler.tune import TuningLog, make_task, make_tuner
+    from runtime.tuning import SimMeasure
+
+    if args.trials < 1:
+        raise TuneError(f"--trials must be >= 1, got {args.trials}")
+    if args.workers is not None and args.workers < 1:
+        raise TuneError(f"--workers must be >= 1, got {args.workers}")
+    cfg = load_config(args.config)
+    log = TuningLog(args.log)
+    if log.path.is_dir():
+        raise TuneError(f"--log {args.log}: is a directory")
+    skipped_before = log.skipped
+    workloads = _workloads(args, cfg)
+    progress = _Progress(sys.stderr, len(workloads))
+    rows = []
+    with SimMeasure(workers=args.workers) as measure:
+        for n, (label, wl) in enumerate(workloads, 1):
+            try:
+                task = make_task(wl, cfg)
+                default = task.default_knobs()
+            except LoweringError as exc:
+                progress.show(n, label, f"skipped: {exc}", end=True)
+                rows.append((label, wl, 0, 0, None, None, None))
+                continue
+            progress.show(n, label, f"heuristic knobs on {len(task.space)} valid settings")
+            base = measure(task, [default])[0]
+            if base.cycles is None:
+                raise TuneError(f"{label}: the heuristic's knobs do not build: {base.error}")
+            log.add(cfg.name, task.signature, default.to_dict(), base.cycles, "heuristic")
+            tuner = make_tuner(args.tuner, task, seed=args.seed)
+
+            def report(tuner: Any, result: Any, new: Any, n: int = n, label: str = label,
+                       base_cycles: int = base.cycles) -> None:
+                best = result.best.cycles
+                progress.show(n, label, f"{tuner.name} {len(result.trials)}/{args.trials} "
+                              f"trials, best {best} cycles ({base_cycles / best:.2f}x heuristic)")
+
+            result = tuner.tune(args.trials, measure, callbacks=[report], log=log)
+            best = result.best
+            progress.show(n, label, f"done: {len(result.trials)} trials", end=True)
+            rows.append((label, wl, len(task.space), len(result.trials), base.cycles,
+                         best.cycles if best else None, best.knobs if best else None))
+    print(f"{'layer':<20} {'conv2d':<24} {'space':>6} {'trials':>6} {'heuristic':>10} "
+          f"{'tuned':>10} {'speedup':>7}  best knobs")
+    for label, wl, space, trials, base_c, best_c, knobs in rows:
+        if base_c is None:
+            print(f"{label:<20.20} {_short(wl):<24} {'-':>6} {'-':>6} {'-':>10} {'-':>10} "
+                  f"{'-':>7}  no valid setting on {cfg.name}")
+            continue
+        chosen = min(base_c, best_c) if best_c else base_c
+        print(f"{label:<20.20} {_short(wl):<24} {space:>6} {trials:>6} {base_c:>10} "
+              f"{chosen:>10} {base_c / chosen:>6.2f}x  "
+              f"{_knob_text(knobs) if best_c and best_c < base_c else 'heuristic'}")
+    print(f"log: {log.path} ({len(log)} records; accel run MODEL --tuning-log {log.path} "
+          "compiles with the best of each layer)")
+    if log.skipped > skipped_before or skipped_before:
+        print(f"note: {log.skipped} line(s) of {log.path} are not records and were skipped")
+    return 0
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add ``tune`` to ``subparsers``."""
+    from compiler.tune.tuners import TUNERS
+
+    p = subparsers.add_parser(
+        "tune", help="tune conv2d schedules on the timing simulator (model or layer list)")
+    p.add_argument("target", metavar="MODEL|LAYER-LIST",
+                   help="zoo model (resnet18, ...) or .onnx file: every distinct conv2d; or "
+                        "ResNet-18 layers like C2,C3,C9 or C2-C12")
+    p.add_argument("--config", help="hardware config name or YAML path")
+    p.add_argument("--trials", type=int, default=64, help="measured settings per layer")
+    p.add_argument("--tuner", default="xgb", choices=list(TUNERS),
+                   help="xgb (cost model + simulated annealing), random or ga")
+    p.add_argument("--log", default="tuning.jsonl",
+                   help="tuning log to append to (JSON lines; default tuning.jsonl)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the tuner")
+    p.add_argument("--workers", type=int, default=None,
+                   help="measurement processes (default: min(2, CPUs))")
+    p.add_argument("--batch", type=int, default=1, help="batch size of the layers")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="zoo model input size (default 224)")
+    p.set_defaults(func=cmd_tune)
