@@ -4,7 +4,16 @@ The shared contract (``HwConfig``, the ISA, ``Program``) and the user's entry po
 Heavy subsystems are imported lazily by the entry points that need them.
 """
 
-from accel.api import Report, add, compile, conv2d, load_model, matmul, run_program
+from accel.api import (
+    Report,
+    add,
+    compile,
+    conv2d,
+    load_model,
+    matmul,
+    run_program,
+    sample_inputs,
+)
 from accel.config import ConfigError, HwConfig, load_config, shipped_configs
 from accel.program import Program, ProgramError, ProgramFormatError, Region
 
@@ -23,6 +32,7 @@ __all__ = [
     "load_model",
     "matmul",
     "run_program",
+    "sample_inputs",
     "shipped_configs",
 ]
 

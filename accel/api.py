@@ -10,7 +10,7 @@ from accel.dram import Dram
 from accel.program import Program, ProgramError
 
 __all__ = ["Report", "RunResult", "add", "compile", "conv2d", "load_model", "matmul",
-           "run_program"]
+           "run_program", "sample_inputs"]
 
 
 
@@ -248,6 +248,27 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None) -> Any
     from compiler.graph.zoo import load_zoo
 
     return load_zoo(text, batch=batch, image_size=image_size or 224)
+
+
+def sample_inputs(graph: Any, seed: Any = 0, calibration_samples: int = 8
+                  ) -> tuple[Any, list[dict[str, Any]] | None]:
+    """A random input for ``graph``'s first input, and calibration samples when it is float.
+
+    int8 graphs (the zoo) get uniform int8 values; float graphs (ONNX) get standard normal
+    values, plus ``calibration_samples`` more of them for quantisation. Deterministic in
+    ``seed`` (anything ``numpy.random.default_rng`` takes). Returns ``(x, calibration)`` with
+    ``calibration`` None for int8 graphs.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    name = graph.inputs[0]
+    t = graph.values[name]
+    if t.dtype == "float32":
+        x = rng.standard_normal(t.shape).astype(np.float32)
+        return x, [{name: rng.standard_normal(t.shape).astype(np.float32)}
+                   for _ in range(calibration_samples)]
+    return rng.integers(-128, 128, t.shape, dtype=np.int8), None
 
 
 def compile(

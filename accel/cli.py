@@ -158,16 +158,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         graph = accel.load_model(args.model, batch=args.batch, image_size=args.image_size)
-        rng = np.random.default_rng(args.seed)
-        (name,) = graph.inputs[:1]
-        t = graph.values[name]
-        if t.dtype == "float32":
-            x = rng.standard_normal(t.shape).astype(np.float32)
-            calibration = [{name: rng.standard_normal(t.shape).astype(np.float32)}
-                           for _ in range(8)]
-        else:
-            x = rng.integers(-128, 128, t.shape, dtype=np.int8)
-            calibration = None
+        x, calibration = accel.sample_inputs(graph, args.seed)
         exe = accel.compile(graph, cfg, calibration=calibration, tuning_log=args.tuning_log)
     except (GraphError, LoweringError) as exc:
         raise CliError(str(exc)) from None

@@ -240,7 +240,6 @@ def _run_layer(point: Point, cfg: HwConfig, row: dict[str, Any]
 
 def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
                ) -> tuple[list[dict[str, Any]], str | None]:
-    import numpy as np
 
     import accel
 
@@ -248,16 +247,7 @@ def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
     model = item.param("path") if item.kind == "onnx" else item.workload
     graph = accel.load_model(model, batch=item.param("batch", 1),
                              image_size=item.param("image_size"))
-    rng = np.random.default_rng(_seed(point))
-    name = graph.inputs[0]
-    t = graph.values[name]
-    calibration = None
-    if t.dtype == "float32":
-        x = rng.standard_normal(t.shape).astype(np.float32)
-        calibration = [{name: rng.standard_normal(t.shape).astype(np.float32)}
-                       for _ in range(8)]
-    else:
-        x = rng.integers(-128, 128, t.shape, dtype=np.int8)
+    x, calibration = accel.sample_inputs(graph, _seed(point))
     exe = accel.compile(graph, cfg, calibration=calibration)
     _, report = exe.run(x, backend=point.backend, fallback="cpu", check=point.check,
                         trace=point.traces)
