@@ -9,6 +9,9 @@
 For every distinct accelerator conv2d workload, the heuristic's knobs are measured first (the
 baseline, logged with tuner ``heuristic``), then the tuner measures ``--trials`` settings on
 the timing simulator in ``--workers`` processes; every measurement is appended to the log.
+Layers of a model that differ only in their shift amount or ReLU have identical timing
+(:func:`timing_class`): one is tuned, and its heuristic and best records are logged for the
+others too (tuner ``shared:...``).
 Progress goes to stderr, the summary table to stdout.
 """
 
@@ -20,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["TuneError", "add_parsers", "cmd_tune", "parse_layers"]
+__all__ = ["TuneError", "add_parsers", "cmd_tune", "parse_layers", "timing_class"]
 
 _ITEM = re.compile(r"[Cc](\d+)(?:-[Cc]?(\d+))?")
 
@@ -64,13 +67,22 @@ def parse_layers(spec: str) -> list[str] | None:
     return names
 
 
-def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any]]:
-    """(label, workload) of every distinct conv2d to tune."""
+def timing_class(wl: Any) -> tuple[Any, ...]:
+    """What a conv2d's timing depends on: its workload with the shift amount reduced to
+    whether there is one and ReLU left out. Those only change ALU immediates, which no cycle
+    cost reads, so workloads of one class give programs of identical timing for any knobs."""
+    from dataclasses import astuple, replace
+
+    return astuple(replace(wl, shift=int(wl.shift > 0), relu=False))
+
+
+def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[Any]]]:
+    """(label, workload, other workloads of its timing class) of every conv2d to tune."""
     from compiler.ops.workloads import resnet18_layer
 
     layers = parse_layers(args.target)
     if layers is not None:
-        return [(name, resnet18_layer(name, batch=args.batch)) for name in layers]
+        return [(name, resnet18_layer(name, batch=args.batch), []) for name in layers]
     import accel
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
@@ -89,16 +101,20 @@ def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any]]:
         exe = accel.compile(graph, cfg, calibration=calibration)
     except (GraphError, LoweringError) as exc:
         raise TuneError(str(exc)) from None
-    found: dict[str, tuple[list[str], Any]] = {}
+    classes: dict[tuple[Any, ...], tuple[list[str], list[Any]]] = {}
     for node, op in exe.compiled.items():
-        if isinstance(op.workload, Conv2dWorkload):
-            found.setdefault(op.workload.signature(), ([], op.workload))[0].append(node)
-    if not found:
+        wl = op.workload
+        if isinstance(wl, Conv2dWorkload):
+            nodes, members = classes.setdefault(timing_class(wl), ([], []))
+            nodes.append(node)
+            if wl not in members:
+                members.append(wl)
+    if not classes:
         raise TuneError(f"{args.target}: no conv2d layer runs on the accelerator of {cfg.name}")
     out = []
-    for nodes, wl in found.values():
+    for nodes, members in classes.values():
         label = nodes[0] + (f" (+{len(nodes) - 1})" if len(nodes) > 1 else "")
-        out.append((label, wl))
+        out.append((label, members[0], members[1:]))
     return out
 
 
@@ -153,7 +169,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, len(workloads))
     rows = []
     with SimMeasure(workers=args.workers) as measure:
-        for n, (label, wl) in enumerate(workloads, 1):
+        for n, (label, wl, siblings) in enumerate(workloads, 1):
             try:
                 task = make_task(wl, cfg)
                 default = task.default_knobs()
@@ -176,6 +192,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
             result = tuner.tune(args.trials, measure, callbacks=[report], log=log)
             best = result.best
+            for other in siblings:  # same timing: the measurements hold for them too
+                log.add(cfg.name, other.signature(), default.to_dict(), base.cycles,
+                        "shared:heuristic")
+                if best is not None and best.cycles < base.cycles:
+                    log.add(cfg.name, other.signature(), best.knobs.to_dict(), best.cycles,
+                            f"shared:{tuner.name}")
             progress.show(n, label, f"done: {len(result.trials)} trials", end=True)
             rows.append((label, wl, len(task.space), len(result.trials), base.cycles,
                          best.cycles if best else None, best.knobs if best else None))

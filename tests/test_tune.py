@@ -403,3 +403,21 @@ def test_cli_bad_input_gives_one_line(argv: list[str], message: str,
     err = capsys.readouterr().err
     assert err.startswith("accel: error: ") and message in err
     assert err.count("\n") == 1
+
+
+def test_layers_that_differ_in_shift_or_relu_share_one_timing(tiny: HwConfig) -> None:
+    from dataclasses import replace
+
+    from accel.cli_tune import timing_class
+    from runtime.backends import timing_signature
+
+    other = replace(LAYER_A, shift=3, relu=False)
+    assert timing_class(other) == timing_class(LAYER_A)
+    assert timing_class(replace(LAYER_A, shift=0)) != timing_class(LAYER_A)
+    assert timing_class(replace(LAYER_A, bias=False)) != timing_class(LAYER_A)
+    for knobs in (Conv2dKnobs(tile_h=2, tile_w=4, oc_nthread=2),
+                  Conv2dKnobs(tile_h=1, tile_w=2, tile_ci=2, h_nthread=2, tile_order=1)):
+        mine = conv2d_program(LAYER_A, tiny, knobs)
+        theirs = conv2d_program(other, tiny, knobs)
+        assert mine.insns != theirs.insns  # the ALU immediates differ ...
+        assert timing_signature(mine) == timing_signature(theirs)  # ... and nothing else
