@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from accel.config import HwConfig
 from compiler.errors import LoweringError
@@ -18,7 +19,7 @@ from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
 
 __all__ = ["MatmulKnobs", "MatmulWorkload", "default_matmul_knobs", "matmul_compute",
-           "matmul_schedule"]
+           "matmul_fits", "matmul_schedule"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -139,6 +140,25 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def _as_conv2d(wl: MatmulWorkload, k: MatmulKnobs) -> tuple[Any, Any]:
+    """The matmul as the 1x1 convolution over ``M`` one-pixel images it is scheduled as."""
+    from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
+
+    conv = Conv2dWorkload(wl.m, wl.k, 1, 1, wl.n, 1, 1, bias=wl.bias, shift=wl.shift,
+                          relu=wl.relu)
+    return conv, Conv2dKnobs(tile_b=k.tile_m, tile_ci=k.tile_k, tile_co=k.tile_n,
+                             oc_nthread=k.n_nthread)
+
+
+def matmul_fits(wl: MatmulWorkload, k: MatmulKnobs, cfg: HwConfig) -> bool:
+    """Do the knobs divide the column blocks among the threads and fit ``cfg``'s buffers?"""
+    from compiler.ops.heuristic import fits
+
+    if wl.blocks(cfg)[2] % (k.tile_n * k.n_nthread):
+        return False
+    return fits(*_as_conv2d(wl, k), cfg)
+
+
 def default_matmul_knobs(wl: MatmulWorkload, cfg: HwConfig) -> MatmulKnobs:
     """The fitting candidate with the fewest estimated cycles (same model as conv2d's: a
     matmul is a 1x1 convolution over ``M`` one-pixel images).
@@ -148,23 +168,19 @@ def default_matmul_knobs(wl: MatmulWorkload, cfg: HwConfig) -> MatmulKnobs:
     LoweringError
         Nothing fits the buffers.
     """
-    from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
-    from compiler.ops.heuristic import estimate_conv2d_cycles, fits
+    from compiler.ops.heuristic import estimate_conv2d_cycles
 
     mb, kb, nb = wl.blocks(cfg)
-    as_conv = Conv2dWorkload(wl.m, wl.k, 1, 1, wl.n, 1, 1, bias=wl.bias, shift=wl.shift,
-                             relu=wl.relu)
     best: tuple[float, MatmulKnobs] | None = None
     for tm, tk, tn, nt in itertools.product(_divisors(mb), _divisors(kb), _divisors(nb),
                                             (1, 2)):
-        if nb % (tn * nt):
+        knobs = MatmulKnobs(tm, tk, tn, nt)
+        if not matmul_fits(wl, knobs, cfg):
             continue
-        conv_knobs = Conv2dKnobs(tile_b=tm, tile_ci=tk, tile_co=tn, oc_nthread=nt)
-        if not fits(as_conv, conv_knobs, cfg):
-            continue
-        cost = estimate_conv2d_cycles(as_conv, conv_knobs, cfg)
+        conv, conv_knobs = _as_conv2d(wl, knobs)
+        cost = estimate_conv2d_cycles(conv, conv_knobs, cfg)
         if best is None or cost < best[0]:
-            best = (cost, MatmulKnobs(tm, tk, tn, nt))
+            best = (cost, knobs)
     if best is None:
         raise LoweringError(f"matmul {wl.signature()}: no tiling fits the buffers of {cfg.name}")
     return best[1]

@@ -27,7 +27,7 @@ from accel.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import TILE_ORDERS, Conv2dKnobs, Conv2dWorkload
 from compiler.ops.heuristic import fits
-from compiler.ops.matmul import MatmulKnobs, MatmulWorkload
+from compiler.ops.matmul import MatmulKnobs, MatmulWorkload, matmul_fits
 
 __all__ = ["THREAD_PAIRS", "KnobSpace", "Point", "conv2d_space", "matmul_space"]
 
@@ -201,15 +201,9 @@ def matmul_space(wl: MatmulWorkload, cfg: HwConfig) -> KnobSpace:
         Nothing fits the buffers.
     """
     mb, kb, nb = wl.blocks(cfg)
-    as_conv = Conv2dWorkload(wl.m, wl.k, 1, 1, wl.n, 1, 1, bias=wl.bias, shift=wl.shift,
-                             relu=wl.relu)
 
     def valid(k: MatmulKnobs) -> bool:
-        if nb % (k.tile_n * k.n_nthread):
-            return False
-        conv = Conv2dKnobs(tile_b=k.tile_m, tile_ci=k.tile_k, tile_co=k.tile_n,
-                           oc_nthread=k.n_nthread)
-        return fits(as_conv, conv, cfg)
+        return matmul_fits(wl, k, cfg)
 
     space = KnobSpace(
         names=("tile_m", "tile_k", "tile_n", "n_nthread"),
