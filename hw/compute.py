@@ -206,8 +206,8 @@ class Compute(wiring.Component):
         Tokens popped (``pop_prev`` from load, ``pop_next`` from store).
     c2l, c2s : Out(token stream)
         Tokens pushed (``push_prev`` to load, ``push_next`` to store).
-    c2l_level, c2s_level, c2l_room, c2s_room : In
-        Levels of the queues this module feeds, and whether a pending push is accepted now.
+    c2l_level, c2s_level : In
+        Levels of the queues this module feeds.
     c2s_hold, c2s_release : Out
         The ``c2s`` token pushed with a blocked ``c2l`` push is invisible / becomes visible.
     dram : Out(DramPort)
@@ -233,8 +233,6 @@ class Compute(wiring.Component):
             "c2s": Out(token_stream()),
             "c2l_level": In(range(depth + 2)),
             "c2s_level": In(range(depth + 2)),
-            "c2l_room": In(1),
-            "c2s_room": In(1),
             "c2s_hold": Out(1),
             "c2s_release": Out(1),
             "dram": Out(dram_port(params)),
@@ -267,8 +265,6 @@ class Compute(wiring.Component):
         m.d.comb += [
             ctrl.push_prev_level.eq(self.c2l_level),
             ctrl.push_next_level.eq(self.c2s_level),
-            ctrl.push_prev_room.eq(self.c2l_room),
-            ctrl.push_next_room.eq(self.c2s_room),
             self.c2s_hold.eq(ctrl.hold),
             self.c2s_release.eq(ctrl.release),
         ]

@@ -9,18 +9,16 @@ The cycle behaviour is the timing simulator's (``sim.timing._Unit.run``):
    execution engine runs from there and flags its ``last`` cycle;
 4. the pushes are written at the end of the last cycle, so the consumer sees the token in the
    next cycle, exactly when the simulator's ``put`` happens. A push into a queue that already
-   holds ``D`` tokens stays *pending* (see :mod:`hw.queues`): the module waits until
-   ``room`` says the consumer takes a token, and takes its next instruction in that cycle.
+   holds ``D`` tokens stays *pending* (see :mod:`hw.queues`): the module waits until the
+   queue's registered level is back to ``D`` - the cycle after the consumer's pop, as in the
+   simulator (``sim.timing.TimingSimulator.put``) - and takes its next instruction then.
 
 Of two pushes (compute's ``push_prev`` and ``push_next``) the second is only logically made once
 the first is accepted: its token is ``hold`` (invisible) until then and ``release``-d in the cycle
 the first is accepted.
 
-``pop_*_hint`` is the pop this module would make if none of its own pending pushes were accepted
-by a consumer popping in this same cycle. Compute's ``room`` inputs for the queues it feeds use
-the hints of load and store, which breaks the combinational loop compute -> load -> compute
-without changing behaviour: a module that waits on a pending push cannot pop, so when both wait
-on each other neither moves (the simulator deadlocks there too).
+No combinational path runs from one module's handshakes to another's: a module sees the other
+modules only through registered queue levels and valid flags.
 """
 
 from __future__ import annotations
@@ -62,14 +60,10 @@ class DepControl(wiring.Component):
         From the engine: this is the last cycle of ``insn`` (may coincide with ``start``).
     <pop> : In(token stream)
         One per honoured pop flag.
-    <pop>_hint : Out
-        The pop this module would make if its pending pushes were not accepted this cycle.
     <push> : Out(token stream)
         One per honoured push flag.
     <push>_level : In
         Tokens in that queue.
-    <push>_room : In
-        That queue's consumer takes a token this cycle (or its hint, see the module docstring).
     hold, release : Out
         With two pushes: the second push's token is invisible / becomes visible now.
     """
@@ -94,11 +88,9 @@ class DepControl(wiring.Component):
         }
         for name in self._pops:
             members[name] = In(token_stream())
-            members[f"{name}_hint"] = Out(1)
         for name in self._pushes:
             members[name] = Out(token_stream())
             members[f"{name}_level"] = In(range(token_depth + 2))
-            members[f"{name}_room"] = In(1)
         if len(self._pushes) == 2:
             members["hold"] = Out(1)
             members["release"] = Out(1)
@@ -120,26 +112,18 @@ class DepControl(wiring.Component):
         need = {name: Signal(name=f"need_{name}") for name in self._pops}
         pend = {name: Signal(name=f"pend_{name}") for name in self._pushes}
         ok = {}
-        fits = {}
         for name in self._pushes:
             ok[name] = Signal(name=f"ok_{name}")
-            fits[name] = Signal(name=f"fits_{name}")
-            m.d.comb += [
-                ok[name].eq(~pend[name] | getattr(self, f"{name}_room")),
-                fits[name].eq(~pend[name] | (getattr(self, f"{name}_level") <= self._depth)),
-            ]
+            m.d.comb += ok[name].eq(~pend[name]
+                                    | (getattr(self, f"{name}_level") <= self._depth))
         idle = Signal()
         free = Signal()
-        free_hint = Signal()
         all_ok: object = 1
-        all_fit: object = 1
         for name in self._pushes:
             all_ok = all_ok & ok[name]
-            all_fit = all_fit & fits[name]
         m.d.comb += [
             idle.eq(~executing & ~has_insn),
             free.eq(idle & all_ok),
-            free_hint.eq(idle & all_fit),
         ]
         take = Signal()
         m.d.comb += [
@@ -151,33 +135,22 @@ class DepControl(wiring.Component):
         ]
         header = self.cmd.payload.mem
 
-        def pops_now(taking: Signal) -> dict[str, Signal]:
-            """Which pops fire, given whether an instruction is taken in this cycle."""
-            fire: dict[str, Signal] = {}
-            before_done: object = 1
-            for name in self._pops:
-                want = Signal(name=f"want_{name}_{taking.name}")
-                m.d.comb += want.eq(Mux(taking, getattr(header, name), has_insn & need[name]))
-                stream_in = getattr(self, name)
-                fire[name] = Signal(name=f"fire_{name}_{taking.name}")
-                m.d.comb += fire[name].eq(want & stream_in.valid & before_done)
-                done = Signal(name=f"done_{name}_{taking.name}")
-                m.d.comb += done.eq(before_done & (~want | stream_in.valid))
-                fire[f"{name}:want"] = want
-                before_done = done
-            fire["all_done"] = Signal(name=f"all_done_{taking.name}")
-            m.d.comb += fire["all_done"].eq(before_done)
-            return fire
-
-        fire = pops_now(take)
-        take_hint = Signal()
-        m.d.comb += take_hint.eq(free_hint & self.cmd.valid)
-        hint = pops_now(take_hint)
+        fire: dict[str, object] = {}
+        before_done: object = 1
         for name in self._pops:
+            want = Signal(name=f"want_{name}")
+            m.d.comb += want.eq(Mux(take, getattr(header, name), has_insn & need[name]))
+            stream_in = getattr(self, name)
+            fire[name] = Signal(name=f"fire_{name}")
             m.d.comb += [
-                getattr(self, name).ready.eq(fire[name]),
-                getattr(self, f"{name}_hint").eq(hint[name]),
+                fire[name].eq(want & stream_in.valid & before_done),
+                stream_in.ready.eq(fire[name]),
             ]
+            done = Signal(name=f"done_{name}")
+            m.d.comb += done.eq(before_done & (~want | stream_in.valid))
+            fire[f"{name}:want"] = want
+            before_done = done
+        fire["all_done"] = before_done
         active = Signal()
         m.d.comb += [
             active.eq(take | has_insn),

@@ -1,11 +1,13 @@
 """Command queues (instruction FIFOs) and dependency-token queues (counters).
 
 Both hold one entry more than their configured depth ``D``. The timing simulator's bounded
-queues let a producer's blocked ``put`` complete in the very cycle the consumer takes an entry;
-in registered hardware the producer's write lands at the end of its cycle, before it can know
+queues let a producer's blocked ``put`` complete in the cycle the consumer takes an entry; in
+registered hardware the producer's write lands at the end of its cycle, before it can know
 whether the consumer takes an entry in the next one. So the producer always writes, and the
 queue may briefly hold ``D + 1`` entries: the producer then counts its own put as pending and
-waits while ``level > D`` unless an entry leaves in the same cycle (``level <= D or popping``).
+waits while ``level > D``. ``room`` is the registered ``level <= D`` alone, so a producer goes
+on in the cycle *after* the consumer's take (the simulator's ``TimingSimulator.put`` adds that
+cycle too) and no combinational path runs from a consumer's handshake to its producer.
 A consumer sees no difference: with ``D`` or ``D + 1`` entries present it can take one.
 """
 
@@ -54,7 +56,7 @@ class CommandQueue(wiring.Component):
     level : Out
         Entries held, ``0 .. depth + 1``.
     room : Out
-        ``level <= depth`` or an entry leaves this cycle: a pending put is accepted now.
+        ``level <= depth``: a pending put is accepted now.
     """
 
     def __init__(self, shape: ShapeLike, depth: int) -> None:
@@ -98,12 +100,12 @@ class CommandQueue(wiring.Component):
             return Mux(ptr == depth - 1, 0, ptr + 1)
 
         m.d.comb += [
-            self.w.ready.eq((self.level < slots) | self.r.ready),
+            self.w.ready.eq(self.level < slots),
             w_fire.eq(self.w.valid & self.w.ready),
             self.r.valid.eq(head_valid),
             self.r.payload.eq(head),
             r_fire.eq(self.r.valid & self.r.ready),
-            self.room.eq((self.level <= depth) | r_fire),
+            self.room.eq(self.level <= depth),
             stored.eq(self.level - head_valid),
             refill.eq(r_fire & (stored != 0)),
             # A new entry goes to the memory unless the head is (or becomes) free of it.
@@ -152,7 +154,7 @@ class TokenQueue(wiring.Component):
     level : Out
         Tokens held, including a held one.
     room : Out
-        ``level <= depth`` or a token is popped this cycle.
+        ``level <= depth``: a pending push is accepted now.
     """
 
     def __init__(self, depth: int) -> None:
@@ -179,7 +181,7 @@ class TokenQueue(wiring.Component):
             pushed.eq(self.push.valid),
             self.pop.valid.eq(Mux(self.hold, (self.level > 1) | self.release, self.level != 0)),
             popped.eq(self.pop.valid & self.pop.ready),
-            self.room.eq((self.level <= self._depth) | popped),
+            self.room.eq(self.level <= self._depth),
         ]
         m.d.sync += self.level.eq(self.level + pushed - popped)
         return m

@@ -118,14 +118,9 @@ class Accelerator(wiring.Component):
         wiring.connect(m, tq["s2c"].pop, compute.s2c)
         m.d.comb += [
             load.l2c_level.eq(tq["l2c"].level),
-            load.l2c_room.eq(tq["l2c"].room),
             store.s2c_level.eq(tq["s2c"].level),
-            store.s2c_room.eq(tq["s2c"].room),
             compute.c2l_level.eq(tq["c2l"].level),
             compute.c2s_level.eq(tq["c2s"].level),
-            # Compute resumes on its consumers' hints (hw.control explains why).
-            compute.c2l_room.eq((tq["c2l"].level <= d) | load.c2l_hint),
-            compute.c2s_room.eq((tq["c2s"].level <= d) | store.c2s_hint),
             tq["c2s"].hold.eq(compute.c2s_hold),
             tq["c2s"].release.eq(compute.c2s_release),
         ]

@@ -31,13 +31,10 @@ class LoadUnit(wiring.Component):
         The load command queue.
     c2l : In(token stream)
         Tokens compute->load (``pop_next``).
-    c2l_hint : Out
-        The ``c2l`` pop this module would make if its pending push were not accepted this
-        cycle (see :mod:`hw.control`).
     l2c : Out(token stream)
         Tokens load->compute (``push_next``).
-    l2c_level, l2c_room : In
-        Level of the ``l2c`` queue and whether a pending push is accepted this cycle.
+    l2c_level : In
+        Level of the ``l2c`` queue.
     dram : Out(DramPort)
         DRAM reads.
     wr_inp, wr_wgt : Out(BufferWrite)
@@ -52,10 +49,8 @@ class LoadUnit(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
             "c2l": In(token_stream()),
-            "c2l_hint": Out(1),
             "l2c": Out(token_stream()),
             "l2c_level": In(range(depth + 2)),
-            "l2c_room": In(1),
             "dram": Out(dram_port(params)),
             "wr_inp": Out(BufferWrite(params.buffers["inp"])),
             "wr_wgt": Out(BufferWrite(params.buffers["wgt"])),
@@ -76,9 +71,7 @@ class LoadUnit(wiring.Component):
         wiring.connect(m, eng.wr_inp, wiring.flipped(self.wr_inp))
         wiring.connect(m, eng.wr_wgt, wiring.flipped(self.wr_wgt))
         m.d.comb += [
-            self.c2l_hint.eq(ctrl.pop_next_hint),
             ctrl.push_next_level.eq(self.l2c_level),
-            ctrl.push_next_room.eq(self.l2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
             ctrl.last.eq(eng.last),
@@ -102,13 +95,10 @@ class StoreUnit(wiring.Component):
         The store command queue.
     c2s : In(token stream)
         Tokens compute->store (``pop_prev``).
-    c2s_hint : Out
-        The ``c2s`` pop this module would make if its pending push were not accepted this
-        cycle.
     s2c : Out(token stream)
         Tokens store->compute (``push_prev``).
-    s2c_level, s2c_room : In
-        Level of the ``s2c`` queue and whether a pending push is accepted this cycle.
+    s2c_level : In
+        Level of the ``s2c`` queue.
     dram : Out(DramPort)
         DRAM writes.
     rd_out : Out(BufferRead)
@@ -123,10 +113,8 @@ class StoreUnit(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
             "c2s": In(token_stream()),
-            "c2s_hint": Out(1),
             "s2c": Out(token_stream()),
             "s2c_level": In(range(depth + 2)),
-            "s2c_room": In(1),
             "dram": Out(dram_port(params)),
             "rd_out": Out(BufferRead(params.buffers["out"])),
             "issue": Out(1),
@@ -145,9 +133,7 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, eng.dram, wiring.flipped(self.dram))
         wiring.connect(m, eng.rd, wiring.flipped(self.rd_out))
         m.d.comb += [
-            self.c2s_hint.eq(ctrl.pop_prev_hint),
             ctrl.push_prev_level.eq(self.s2c_level),
-            ctrl.push_prev_room.eq(self.s2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
             ctrl.last.eq(eng.last),

@@ -21,6 +21,13 @@ SRAM at one element per cycle (a zero-size LOAD writes none)::
     mem = 1 + y_size * sum(dram_cycles(b) for b in row_bursts(x_size * elem))
             + (rows * cols - y_size * x_size)           # LOAD padding only
 
+A put into a full bounded queue (command or token queue) completes when the consumer takes
+an entry; the producer goes on ``QUEUE_FULL_RESUME_CYCLES`` = 1 cycle after that. A queue is
+full when the entries it held at the start of the cycle plus those put since reach its depth
+(an entry taken in the same cycle makes room only from the next)::
+
+    resume = take_time + 1        (put into a full queue; else the put costs nothing)
+
 GEMM and ALU: one decode cycle, one micro-op every ``ii`` cycles, then the pipeline drains::
 
     gemm = 1 + n_uops * gemm.ii + gemm.depth
@@ -37,6 +44,7 @@ from accel.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn
 
 __all__ = [
     "DECODE_CYCLES",
+    "QUEUE_FULL_RESUME_CYCLES",
     "alu_cycles",
     "dram_cycles",
     "fetch_batch_size",
@@ -51,6 +59,9 @@ __all__ = [
 
 DECODE_CYCLES = 1
 """Cycles a module spends decoding an instruction before it acts on it."""
+
+QUEUE_FULL_RESUME_CYCLES = 1
+"""Cycles after the consumer's take before a producer blocked on a full queue goes on."""
 
 
 def dram_cycles(nbytes: int, cfg: HwConfig) -> int:

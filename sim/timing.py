@@ -48,7 +48,7 @@ from sim.stats import (
     push_cause,
 )
 
-__all__ = ["DramChannel", "TimingSimulator", "run_timing"]
+__all__ = ["DramChannel", "Queue", "TimingSimulator", "run_timing"]
 
 Process = Generator[simpy.Event, Any, Any]
 
@@ -126,6 +126,28 @@ class DramChannel:
         self._waiting.pop(who).succeed()
 
 
+class Queue(simpy.Store):
+    """A bounded FIFO that remembers how many entries left it in the current cycle (the moment
+    an entry is handed to a getter, not when the getter's process resumes), for
+    :meth:`TimingSimulator.put`."""
+
+    def __init__(self, env: simpy.Environment, capacity: int) -> None:
+        super().__init__(env, capacity)
+        self._env = env
+        self._taken = (-1, 0)
+
+    def taken_at(self, now: float) -> int:
+        """Entries taken at time ``now``."""
+        time, count = self._taken
+        return count if time == now else 0
+
+    def _do_get(self, event: simpy.resources.store.StoreGet) -> bool | None:
+        if self.items:
+            now = self._env.now
+            self._taken = (now, self.taken_at(now) + 1)
+        return super()._do_get(event)
+
+
 class _Unit:
     """Shared plumbing of the instruction-executing modules."""
 
@@ -184,7 +206,7 @@ class _Unit:
             queue = DEP_QUEUES[(self.module, flag)]
             self.waiting = f"push {queue.value} (queue full)"
             asked = self.env.now
-            yield self.sim.token_queues[queue].put(index)
+            yield from self.sim.put(self.sim.token_queues[queue], index)
             self.sim.queue_level(f"tokens {queue.value}", self.sim.token_queues[queue])
             self.stats.stall(push_cause(queue.value), self.env.now - asked)
             self.sim.last_push[queue] = index
@@ -258,7 +280,7 @@ class FetchModule:
                 queue = self.sim.cmd_queues[module_of(insn)]
                 self.waiting = f"room in the {module_of(insn).name.lower()} command queue"
                 asked = self.env.now
-                yield queue.put((index, insn))
+                yield from self.sim.put(queue, (index, insn))
                 self.sim.queue_level(f"{module_of(insn).name.lower()} command queue", queue)
                 self.stats.stall(QUEUE_FULL, self.env.now - asked)
                 self.dispatched += 1
@@ -296,6 +318,20 @@ class TimingSimulator:
     def queue_level(self, name: str, store: simpy.Store) -> None:
         if self.trace:
             self.stats.counters.append((name, int(self.env.now), float(len(store.items))))
+
+    def put(self, store: Queue, item: object) -> Process:
+        """Put ``item`` into a bounded queue; a producer that found it full goes on one cycle
+        after the consumer made room.
+
+        "Full" counts the entries the queue held at the start of this cycle plus those put
+        since: an entry taken in this same cycle does not make room until the next one, in
+        whatever order SimPy processes the cycle's events. The RTL's producers see a queue's
+        room only in its registered level (``hw.queues``), hence the extra cycle.
+        """
+        full = len(store.items) + store.taken_at(self.env.now) >= store.capacity
+        yield store.put(item)
+        if full:
+            yield self.env.timeout(costs.QUEUE_FULL_RESUME_CYCLES)
 
     def retire(self, module: Module, index: int, insn: Insn, start: int) -> None:
         self.fsim.execute(insn, index, self.dram_image)
@@ -345,8 +381,8 @@ class TimingSimulator:
         self.finished: _Finish | None = None
         self.done = self.env.event()
         self.last_push: dict[TokenQueue, int] = {}
-        self.cmd_queues = {m: simpy.Store(self.env, cfg.queues.cmd_depth) for m in Module}
-        self.token_queues = {q: simpy.Store(self.env, cfg.queues.token_depth) for q in TokenQueue}
+        self.cmd_queues = {m: Queue(self.env, cfg.queues.cmd_depth) for m in Module}
+        self.token_queues = {q: Queue(self.env, cfg.queues.token_depth) for q in TokenQueue}
         self.dram = DramChannel(self.env, cfg, self)
         self.fetch = FetchModule(self, program.insns)
         self.units = {

@@ -183,7 +183,7 @@ def test_command_queue_matches_a_deque(depth: int) -> None:
             if model:
                 assert ctx.get(dut.r.payload) == model[0]
             popped = pop and bool(model)
-            assert ctx.get(dut.room) == (len(model) <= depth or popped)
+            assert ctx.get(dut.room) == (len(model) <= depth)      # registered: not popped
             await ctx.tick()
             if popped:
                 model.popleft()
@@ -224,7 +224,7 @@ def test_token_queue_counts_and_holds() -> None:
     run_bench(dut, bench)
 
 
-def test_token_queue_room_is_level_or_pop() -> None:
+def test_token_queue_room_is_the_registered_level() -> None:
     dut = TokenQueue(1)
 
     async def bench(ctx: object) -> None:
@@ -235,7 +235,12 @@ def test_token_queue_room_is_level_or_pop() -> None:
         assert ctx.get(dut.level) == 2                 # one over: the producer waits
         assert not ctx.get(dut.room)
         ctx.set(dut.pop.ready, 1)
-        assert ctx.get(dut.room)                       # ... until the consumer pops
+        assert ctx.get(dut.pop.valid)
+        assert not ctx.get(dut.room)                   # not in the cycle of the pop ...
+        await ctx.tick()
+        ctx.set(dut.pop.ready, 0)
+        assert ctx.get(dut.level) == 1
+        assert ctx.get(dut.room)                       # ... but in the next one
 
     run_bench(dut, bench)
 

@@ -23,7 +23,7 @@ from accel.program import Program, ProgramError
 from sim import costs
 from sim.errors import SimulationDeadlock
 from sim.stats import SimStats
-from sim.timing import TimingSimulator
+from sim.timing import Queue, TimingSimulator
 
 
 def timeline(stats: SimStats) -> list[tuple[str, str, int, int]]:
@@ -165,8 +165,10 @@ def test_command_queue_back_pressure() -> None:
     assert loads == [(47 + 34 * i, 47 + 34 * (i + 1)) for i in range(6)]
     full = stats.modules["fetch"].stalls["queue_full"]
     # Load 0 is taken at once and 1, 2 fill the queue; load 3 (ready at 50) waits until the
-    # load module takes load 1 at 81, load 4 (82) until 115, load 5 (116) until 149.
-    assert full == (81 - 50) + (115 - 82) + (149 - 116)
+    # load module takes load 1 at 81 and fetch goes on one cycle later (a put into a full
+    # queue resumes the cycle after the take), at 82; load 4 (ready at 83) waits until the
+    # take at 115, going on at 116; load 5 (117) until 149, going on at 150.
+    assert full == (82 - 50) + (116 - 83) + (150 - 117)
     assert stats.modules["fetch"].busy == 7 + 14
 
 
@@ -288,9 +290,43 @@ def test_token_queue_back_pressure_stalls_the_pusher() -> None:
     alu = next(s for s in stats.timeline if s.name.startswith("ALU"))
     first_pop = next(s for s in stats.timeline if s.name.startswith("GEMM")).start
     second_load = [s for s in stats.timeline if s.module == "load"][1]
-    # The second load finished long before compute popped the first token: it waited to push.
+    # The second load finished long before compute popped the first token: it waited to push,
+    # and goes on one cycle after that pop (costs.QUEUE_FULL_RESUME_CYCLES).
     assert first_pop == alu.end
-    assert stats.modules["load"].stalls["full load->compute"] == first_pop - second_load.end
+    assert stats.modules["load"].stalls["full load->compute"] == \
+        first_pop + costs.QUEUE_FULL_RESUME_CYCLES - second_load.end
+
+
+@pytest.mark.parametrize("take_first", [True, False])
+def test_put_into_a_full_queue_resumes_after_the_take(take_first: bool) -> None:
+    """A put into a queue that was full at the start of the cycle resumes one cycle after the
+    take that makes room, also when that take is in the put's own cycle, whichever of the two
+    SimPy processes first."""
+    import simpy
+
+    sim = TimingSimulator(load_config())
+    sim.env = env = simpy.Environment()
+    store = Queue(env, capacity=1)
+    store.items.append("old")
+    log: list[tuple[str, int]] = []
+
+    def producer() -> object:
+        if take_first:
+            yield env.timeout(0)                   # the consumer's get comes first
+        yield env.timeout(5)
+        yield from sim.put(store, "new")
+        log.append(("put done", int(env.now)))
+
+    def consumer() -> object:
+        yield env.timeout(5)
+        yield store.get()
+        log.append(("took", int(env.now)))
+
+    env.process(producer())
+    env.process(consumer())
+    env.run()
+    assert sorted(log) == [("put done", 6), ("took", 5)]
+    assert store.items == ["new"]
 
 
 def test_stats_to_dict_and_trace(tmp_path: Path) -> None:
