@@ -3,11 +3,11 @@
 For the ResNet-18 layers (TVM's Table 2) on one config, measured in one run:
 
 1. the heuristic's knobs (``compiler.ops.heuristic.default_conv2d_knobs``) per layer;
-2. on the ``--exhaustive`` layers (small spaces), every valid knob setting: the optimum;
-3. every tuner (``xgb``, ``random``, ``ga``) for ``--trials`` trials per layer and seed: the best
+2. every tuner (``xgb``, ``random``, ``ga``) for ``--trials`` trials per layer and seed: the best
    cycles found after each trial. Table 1: the sum over the layers of the best cycles after
    8, 16, 32, 64 trials, averaged over the seeds, and the geometric-mean speedup over the
    heuristic; the plot (``--out``) shows the same curves, total and per layer;
+3. on the ``--exhaustive`` layers (small spaces), every valid knob setting: the optimum;
 4. Table 2: per layer, the heuristic's cycles and the best xgb cycles (over the seeds), the
    speedup, and the mean over seeds of xgb's best;
 5. Table 3, on the exhaustive layers: how far xgb's best is from the optimum after 16, 32 and
@@ -15,10 +15,11 @@ For the ResNet-18 layers (TVM's Table 2) on one config, measured in one run:
    random search need to get within 3% (each run until it does; target: xgb at most half).
 
 Measurements are deterministic, so they are cached in ``--cache`` (a tuning log of every
-measured setting): a setting is simulated once across tuners, seeds and runs, and a second run
-only reprints. Trials answered by the cache still count as trials. At start, a few cached
-entries are measured again; if they differ (the compiler or simulator changed), the run stops:
-delete the cache. Never run as a test.
+measured setting): a setting is simulated once across tuners, seeds and runs. Finished tuning
+runs are kept beside it (``*-runs.json``, keyed by the compiler's code), so an interrupted run
+resumes where it stopped and a second run only reprints. Trials answered by the cache still
+count as trials. At start, a few cached entries are measured again; if they differ (the
+compiler or simulator changed), the run stops: delete the cache. Never run as a test.
 
     python benchmarks/tuning.py [--config default] [--layers C2-C12] [--seeds 3]
         [--trials 64] [--tuners xgb,random,ga] [--exhaustive C10,C11] [--workers 2]
@@ -30,6 +31,7 @@ Quick look: ``--layers C11,C12 --seeds 1 --trials 16 --exhaustive C11``.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -39,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from accel.cache import code_version
 from accel.cli_tune import parse_layers
 from accel.config import load_config
 from compiler.ops.workloads import resnet18_layer
@@ -66,6 +69,13 @@ def _check_cache(cache: Path, cfg: Any, tasks: dict[str, Task]) -> None:
         if fresh.cycles != rec.cycles:
             sys.exit(f"{cache}: cached {rec.cycles} cycles for {rec.knobs} of {rec.op}, now "
                      f"{fresh.cycles}: the compiler or simulator changed; delete the cache")
+
+
+def _save(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
 
 
 def _curve(trials: list[Any], n: int) -> list[float]:
@@ -158,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         layers + exhaustive)}
     cache = Path(args.cache)
     _check_cache(cache, cfg, tasks)
+    # Finished tuning runs are kept beside the cache, keyed by the compiler's code, so an
+    # interrupted benchmark resumes and a rerun with fewer seeds or layers only reprints.
+    runs_path = cache.with_name(cache.stem + "-runs.json")
+    runs: dict[str, Any] = json.loads(runs_path.read_text()) if runs_path.exists() else {}
+    run_key = f"{cfg.name}|{code_version('compiler')}"
     started = time.perf_counter()
     print(f"# tuning benchmark: config {cfg.name}; layers {','.join(layers)}; tuners "
           f"{','.join(tuners)}; {len(seeds)} seed(s); {args.trials} trials; exhaustive "
@@ -168,46 +183,61 @@ def main(argv: list[str] | None = None) -> int:
         heuristic = {}
         for name, task in tasks.items():
             heuristic[name] = measure(task, [task.default_knobs()])[0].cycles
+        # ------------------------------------------------------------- tuner curves
+        # Seed by seed, so that an interrupted run has whole seeds done (rerun with --seeds).
+        curves = {t: np.zeros((len(seeds), len(layers), args.trials)) for t in tuners}
+        tune_seconds = dict.fromkeys(tuners, 0.0)
+        best_knobs: dict[str, tuple[int, dict[str, int]]] = {}
+        for s in seeds:
+            for j, name in enumerate(layers):
+                for tuner in tuners:
+                    key = f"{run_key}|{name}|{tuner}|{s}|{args.trials}"
+                    if key not in runs:
+                        t0 = time.perf_counter()
+                        result = make_tuner(tuner, tasks[name], seed=s).tune(args.trials,
+                                                                             measure)
+                        top = result.best
+                        runs[key] = {"curve": _curve(result.trials, args.trials),
+                                     "best": [top.cycles, top.knobs.to_dict()],
+                                     "seconds": time.perf_counter() - t0}
+                        _save(runs_path, runs)
+                        _log(f"seed {s} {name} {tuner}: best {top.cycles} (heuristic "
+                             f"{heuristic[name]}), {time.perf_counter() - t0:.0f} s; total "
+                             f"{time.perf_counter() - started:.0f} s")
+                    run = runs[key]
+                    curves[tuner][s, j] = run["curve"]
+                    tune_seconds[tuner] += run["seconds"]
+                    cycles, knobs = run["best"]
+                    if tuner == "xgb" and (name not in best_knobs
+                                           or cycles < best_knobs[name][0]):
+                        best_knobs[name] = (cycles, knobs)
         # ------------------------------------------------------------- exhaustive optima
         optimum: dict[str, int] = {}
         for name in exhaustive:
             task = tasks[name]
-            knobs = [task.space.knobs(p) for p in task.space]
+            knobs_list = [task.space.knobs(p) for p in task.space]
             results = []
-            for i in range(0, len(knobs), 16):
-                results += measure(task, knobs[i:i + 16])
-                _log(f"exhaustive {name}: {min(i + 16, len(knobs))}/{len(knobs)} "
+            for i in range(0, len(knobs_list), 16):
+                results += measure(task, knobs_list[i:i + 16])
+                _log(f"exhaustive {name}: {min(i + 16, len(knobs_list))}/{len(knobs_list)} "
                      f"({time.perf_counter() - started:.0f} s)")
             optimum[name] = min(r.cycles for r in results if r.cycles is not None)
-        # ------------------------------------------------------------- tuner curves
-        curves = {t: np.zeros((len(seeds), len(layers), args.trials)) for t in tuners}
-        tune_seconds = dict.fromkeys(tuners, 0.0)
-        best_knobs: dict[str, tuple[int, Any]] = {}
-        for j, name in enumerate(layers):
-            task = tasks[name]
-            for tuner in tuners:
-                for s in seeds:
-                    t0 = time.perf_counter()
-                    result = make_tuner(tuner, task, seed=s).tune(args.trials, measure)
-                    tune_seconds[tuner] += time.perf_counter() - t0
-                    curves[tuner][s, j] = _curve(result.trials, args.trials)
-                    top = result.best
-                    if tuner == "xgb" and top is not None and (
-                            name not in best_knobs or top.cycles < best_knobs[name][0]):
-                        best_knobs[name] = (top.cycles, top.knobs)
-                    _log(f"{name} {tuner} seed {s}: best {result.best.cycles} "
-                         f"(heuristic {heuristic[name]}), {time.perf_counter() - t0:.0f} s; "
-                         f"total {time.perf_counter() - started:.0f} s")
         # ------------------------------------------------------------- trials to 3%
         reach: dict[str, dict[str, list[int | None]]] = {}
         for name in exhaustive:
             target = optimum[name] * (1 + WITHIN)
             reach[name] = {}
             for tuner in ("xgb", "random"):
-                reach[name][tuner] = [
-                    _trials_to_reach(tasks[name], tuner, s, target, measure,
-                                     len(tasks[name].space)) for s in seeds]
-                _log(f"{name} {tuner}: trials to within 3%: {reach[name][tuner]}")
+                found = []
+                for s in seeds:
+                    key = f"{run_key}|reach|{name}|{tuner}|{s}"
+                    if key not in runs:
+                        runs[key] = _trials_to_reach(tasks[name], tuner, s, target, measure,
+                                                     len(tasks[name].space))
+                        _save(runs_path, runs)
+                    found.append(runs[key])
+                reach[name][tuner] = found
+                _log(f"{name} {tuner}: trials to within 3%: {found}")
         simulated, hits = measure.simulated, measure.hits
 
     base = np.array([heuristic[n] for n in layers], dtype=np.float64)
@@ -234,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         for j, name in enumerate(layers):
             finals = curves["xgb"][:, j, -1]
             best = int(finals.min())
-            knobs = best_knobs[name][1].to_dict() if name in best_knobs else {}
+            knobs = best_knobs[name][1] if name in best_knobs else {}
             text = " ".join(f"{k.replace('tile_', '').replace('_nthread', 'T')}={v}"
                             for k, v in knobs.items())
             print(f"{name:<6} {len(tasks[name].space):>6} {heuristic[name]:>10} {best:>10} "
