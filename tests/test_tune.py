@@ -421,3 +421,25 @@ def test_layers_that_differ_in_shift_or_relu_share_one_timing(tiny: HwConfig) ->
         theirs = conv2d_program(other, tiny, knobs)
         assert mine.insns != theirs.insns  # the ALU immediates differ ...
         assert timing_signature(mine) == timing_signature(theirs)  # ... and nothing else
+
+
+def test_xgb_skips_settings_whose_features_fail(tiny: HwConfig, measure: SimMeasure,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import compiler.tune.features as features
+
+    real = features.lower_for_features
+
+    def lower(task: Task, knobs: Conv2dKnobs) -> Any:
+        if knobs.tile_h == 1:
+            raise LoweringError("lower: injected failure")
+        return real(task, knobs)
+
+    monkeypatch.setattr(features, "lower_for_features", lower)
+    task = _task(LAYER_C, tiny)
+    tuner = XGBTuner(task, seed=1)
+    result = tuner.tune(24, measure)
+    assert len(result.trials) == 24 and tuner.model.fitted
+    broken = task.space.point(Conv2dKnobs(tile_h=1, tile_w=2))
+    fine = task.space.point(Conv2dKnobs(tile_h=2, tile_w=2))
+    scores = tuner._score([broken, fine])
+    assert scores[0] == -np.inf and np.isfinite(scores[1]) and broken in tuner.visited

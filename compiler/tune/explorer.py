@@ -4,8 +4,9 @@ Several chains walk the space at once. At each step every chain proposes a rando
 its point (one knob moved to the next valid value up or down, :meth:`KnobSpace.neighbours`); a
 better-scored neighbour is always taken, a worse one with probability
 ``exp((new - old) / (scale * temperature))``, where ``scale`` is the spread of the starting
-scores and the temperature falls linearly. Every point the chains visit is remembered with its
-score; the best ones not excluded (already measured) are the candidates.
+scores and the temperature falls linearly; a point scored ``-inf`` is never moved to. Every
+point the chains visit is remembered with its score; the best ones not excluded (already
+measured) are the candidates.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def anneal(space: KnobSpace, score: ScoreFn, starts: Sequence[Point],
     seen: dict[Point, float] = {}
     for p, s in zip(points, scores, strict=True):
         seen.setdefault(p, float(s))
-    spread = float(np.std(scores)) or 1.0
+    finite = scores[np.isfinite(scores)]
+    spread = (float(np.std(finite)) if len(finite) else 0.0) or 1.0
     t0, t1 = temperature
     for step in range(steps):
         t = t0 + (t1 - t0) * step / max(steps - 1, 1)
@@ -51,6 +53,8 @@ def anneal(space: KnobSpace, score: ScoreFn, starts: Sequence[Point],
             seen.setdefault(p, float(s))
         draws = rng.random(len(points))
         for i, (p, s) in enumerate(zip(proposals, new, strict=True)):
+            if s == -np.inf:
+                continue
             gain = (s - scores[i]) / (spread * max(t, 1e-9))
             if gain >= 0 or draws[i] < np.exp(gain):
                 points[i], scores[i] = p, s

@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from compiler.errors import LoweringError
 from compiler.tune.explorer import anneal
+from compiler.tune.features import N_FEATURES
 from compiler.tune.log import TuningLog
 from compiler.tune.model import RankModel
 from compiler.tune.space import Point
@@ -321,8 +323,26 @@ class XGBTuner(Tuner):
         self.model = model or RankModel(seed=seed)
         self.heads: list[Point] = []
 
+    def _features(self, points: list[Point]) -> tuple[np.ndarray, np.ndarray]:
+        """Feature rows of ``points`` and which could be extracted; a setting that does not
+        lower gets a row of zeros and is marked visited, so it is never proposed."""
+        rows, ok = [], []
+        for p in points:
+            try:
+                rows.append(self.task.features(p))
+                ok.append(True)
+            except LoweringError:
+                rows.append(np.zeros(N_FEATURES))
+                ok.append(False)
+                self.visited.add(p)
+        return np.stack(rows) if rows else np.zeros((0, N_FEATURES)), np.array(ok, bool)
+
     def _score(self, points: list[Point]) -> np.ndarray:
-        return self.model.predict(self.task.features_of(points))
+        """Predicted scores (-inf for a setting whose features cannot be extracted)."""
+        x, ok = self._features(points)
+        scores = self.model.predict(x)
+        scores[~ok] = -np.inf
+        return scores
 
     def next_batch(self, k: int) -> list[Point]:
         if not self.model.fitted:
@@ -337,9 +357,10 @@ class XGBTuner(Tuner):
 
     def update(self, results: list[tuple[Point, int]]) -> None:
         points = list(self.measured)
-        cycles = np.array([self.measured[p] for p in points], dtype=np.float64)
-        if len(points) >= 2 and len(set(cycles.tolist())) >= 2:
-            self.model.fit(self.task.features_of(points), cycles)
+        x, ok = self._features(points)
+        cycles = np.array([self.measured[p] for p in points], dtype=np.float64)[ok]
+        if len(cycles) >= 2 and len(set(cycles.tolist())) >= 2:
+            self.model.fit(x[ok], cycles)
 
 
 TUNERS: dict[str, type[Tuner]] = {"xgb": XGBTuner, "random": RandomTuner, "ga": GATuner}
