@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
                     found.append(runs[key])
                 reach[name][tuner] = found
                 _log(f"{name} {tuner}: trials to within 3%: {found}")
-        simulated, hits = measure.simulated, measure.hits
+        simulated, hits, failures = measure.simulated, measure.hits, measure.failures
 
     base = np.array([heuristic[n] for n in layers], dtype=np.float64)
     print()
@@ -294,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
             row += f"{f'{mx:.1f} {x}':>20}{mr:>10.1f}{mx / mr:>7.2f}"
             print(row)
     print()
-    print(f"# {simulated} settings simulated, {hits} answered by the cache; tuner wall time "
+    print(f"# {simulated} settings simulated, {hits} answered by the cache, {failures} failed "
+          "to build; tuner wall time "
           + ", ".join(f"{t} {s:.0f} s" for t, s in tune_seconds.items())
           + f"; total {time.perf_counter() - started:.0f} s")
     if tuners:
