@@ -3,8 +3,8 @@
 Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
 
     s0  read uop[u]                                  (issue; the decode cycle issues the first)
-    s1  dst/src/wgt = uop fields + loop bases       -> registered
-    s2  GEMM: read inp[src], wgt[wgt]               ALU: read acc[src]
+    s1  dst/src/wgt = uop fields + loop bases       -> registered; GEMM: read inp[src], wgt[wgt]
+    s2  GEMM: operands registered                   ALU: read acc[src]
     s3  GEMM: multiply, products registered         ALU: read acc[dst]
     s4  GEMM: adder tree registered, read acc[dst]  ALU: operands (forwarded) registered
     s5  GEMM: write acc[dst], out[dst]              ALU: operation, result registered
@@ -138,8 +138,8 @@ class AluLane(wiring.Component):
 class GemmCore(wiring.Component):
     """The ``batch x block_in x block_out`` int8 MAC array: products, then an adder tree.
 
-    Two register stages: multiplier inputs arrive from the buffers' output registers, products
-    are registered (stage 3 -> 4) and the dot products are registered (stage 4 -> 5).
+    Two register stages: multiplier inputs arrive registered (``Compute`` registers the buffers'
+    read data), products are registered (stage 3 -> 4) and the dot products (stage 4 -> 5).
 
     Parameters
     ----------
@@ -418,11 +418,22 @@ class Compute(wiring.Component):
         src3 = Signal(src_bits)
         m.d.sync += [v3.eq(v2), v4.eq(v3), v5.eq(v4), dst3.eq(dst2), dst4.eq(dst3),
                      dst5.eq(dst4), src3.eq(src2)]
+        # GEMM operands: read in s1 at the index being formed (the same sums as src2/wgt2),
+        # registered out of the buffers in s2, so that the multipliers in s3 start from
+        # flip-flops that can sit next to them rather than from block-RAM outputs.
+        inp_idx = Signal(src_bits)
+        inp3 = Signal(cfg.inp_tile_bytes * 8)
+        wgt3 = Signal(cfg.wgt_tile_bytes * 8)
         m.d.comb += [
-            self.rd_inp.addr.eq(src2[:inp_bits]),
-            self.rd_wgt.addr.eq(wgt2),
-            core.inp.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
-            core.wgt.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
+            inp_idx.eq(uop.src + b1["src"]),
+            self.rd_inp.addr.eq(inp_idx[:inp_bits]),
+            self.rd_wgt.addr.eq(uop.wgt + b1["wgt"]),
+            core.inp.eq(inp3),
+            core.wgt.eq(wgt3),
+        ]
+        m.d.sync += [
+            inp3.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
+            wgt3.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
         ]
         # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4.
         with m.If(alu_q):
