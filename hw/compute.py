@@ -420,7 +420,8 @@ class Compute(wiring.Component):
                      dst5.eq(dst4), src3.eq(src2)]
         # GEMM operands: read in s1 at the index being formed (the same sums as src2/wgt2),
         # registered out of the buffers in s2, so that the multipliers in s3 start from
-        # flip-flops that can sit next to them rather than from block-RAM outputs.
+        # flip-flops rather than from block-RAM outputs. (Yosys folds this register into the
+        # ECP5 block RAMs' output registers, so there the path stays BRAM -> depth mux -> DSP.)
         inp_idx = Signal(src_bits)
         inp3 = Signal(cfg.inp_tile_bytes * 8)
         wgt3 = Signal(cfg.wgt_tile_bytes * 8)
