@@ -5,26 +5,28 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
     s0  read uop[u]                                  (issue; the decode cycle issues the first)
     s1  dst/src/wgt = uop fields + loop bases       -> registered; GEMM: read inp[src], wgt[wgt]
     s2  GEMM: operands registered                   ALU: read acc[src]
-    s3  GEMM: multiply, products registered         ALU: read acc[dst]
-    s4  GEMM: adder tree registered, read acc[dst]  ALU: operands (forwarded) registered
-    s5  GEMM: write acc[dst], out[dst]              ALU: operation, result registered
+    s3  GEMM: multiply, products registered,        ALU: read acc[dst]
+              read acc[dst]
+    s4  GEMM: adder tree and acc[dst] registered    ALU: operands (forwarded) registered
+    s5  GEMM: accumulate (acc forwarded from s6),   ALU: operation, result registered
+              write acc[dst], out[dst]
     s6                                              ALU: write acc[dst], out[dst]
 
 MUL registers its partial products in s5 and adds them in s6 (:class:`AluLane`): one multiplier
 block per lane instead of four.
 
-The GEMM reads ``acc[dst]`` one cycle before writing it, so the read port's transparency hands
-a micro-op the result of the one just before it: no read-after-write hazard exists at one
-micro-op per cycle. The ALU reads twice through the same port, hence ``alu.ii >= 2``; an operand
-read before the previous micro-op wrote it is forwarded from that one's result. An instruction
-of ``n`` micro-ops takes ``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is
-issued ``(n - 1) * ii`` cycles after decode, written 5 (GEMM) or 6 (ALU) cycles later, and the
-module waits out the rest of the drain.
+The GEMM reads ``acc[dst]`` two cycles before writing it: the read port's transparency hands a
+micro-op the result of the one two ahead, and the result of the one just ahead is forwarded, so
+no read-after-write hazard exists at one micro-op per cycle. The ALU reads twice through the
+same port, hence ``alu.ii >= 2``; an operand read before the previous micro-op wrote it is
+forwarded from that one's result. An instruction of ``n`` micro-ops takes ``1 + n * ii + depth``
+cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii`` cycles after decode,
+written 5 (GEMM) or 6 (ALU) cycles later, and the module waits out the rest of the drain.
 """
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -206,8 +208,8 @@ class Compute(wiring.Component):
         Tokens popped (``pop_prev`` from load, ``pop_next`` from store).
     c2l, c2s : Out(token stream)
         Tokens pushed (``push_prev`` to load, ``push_next`` to store).
-    c2l_level, c2s_level : In
-        Levels of the queues this module feeds.
+    c2l_room, c2s_room : In
+        ``room`` of the queues this module feeds.
     c2s_hold, c2s_release : Out
         The ``c2s`` token pushed with a blocked ``c2l`` push is invisible / becomes visible.
     dram : Out(DramPort)
@@ -224,15 +226,14 @@ class Compute(wiring.Component):
 
     def __init__(self, params: RtlParams) -> None:
         self._p = params
-        depth = params.token_depth
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
             "l2c": In(token_stream()),
             "s2c": In(token_stream()),
             "c2l": Out(token_stream()),
             "c2s": Out(token_stream()),
-            "c2l_level": In(range(depth + 2)),
-            "c2s_level": In(range(depth + 2)),
+            "c2l_room": In(1),
+            "c2s_room": In(1),
             "c2s_hold": Out(1),
             "c2s_release": Out(1),
             "dram": Out(dram_port(params)),
@@ -263,8 +264,8 @@ class Compute(wiring.Component):
         wiring.connect(m, eng.dram, wiring.flipped(self.dram))
         wiring.connect(m, eng.wr_uop, uop_buf.w)
         m.d.comb += [
-            ctrl.push_prev_level.eq(self.c2l_level),
-            ctrl.push_next_level.eq(self.c2s_level),
+            ctrl.push_prev_room.eq(self.c2l_room),
+            ctrl.push_next_room.eq(self.c2s_room),
             self.c2s_hold.eq(ctrl.hold),
             self.c2s_release.eq(ctrl.release),
         ]
@@ -358,25 +359,42 @@ class Compute(wiring.Component):
             drain_len.eq(Mux(cur["alu"], cfg.alu.ii + cfg.alu.depth - 1,
                              cfg.gemm.ii + cfg.gemm.depth - 1)),
         ]
-        end, bgn, n_in, n_out = cur["end"], cur["bgn"], cur["n_in"], cur["n_out"]
-        fac = {k: cur[k] for k in factors}
+        # ``first`` comes late in the decode cycle (command queue -> tokens -> start), so every
+        # sum and compare below is formed twice, from the instruction (loop counters at their
+        # start values) and from the registers, and ``first`` only picks one of the two.
+        def pick(from_now: object, from_held: object) -> Signal:
+            a, b = Value.cast(from_now), Value.cast(from_held)
+            out = Signal(max(len(a), len(b)))
+            m.d.comb += out.eq(Mux(first, a, b))
+            return out
+
+        nw = {k: Signal(w, name=f"{k}_now") for k, w in widths.items()}  # as ``cur`` keeps them
+        m.d.comb += [nw[k].eq(now[k]) for k in widths]
+        bgn = cur["bgn"]
+        u_next = pick(nw["bgn"] + 1, u_q + 1)
+        j_next = pick(1, j_q + 1)
+        i_next = pick(1, i_q + 1)
+        u_wrap = pick(nw["bgn"] + 1 == nw["end"], u_q + 1 == held["end"])
+        j_wrap = pick(nw["n_in"] == 1, j_q + 1 == held["n_in"])
+        i_wrap = pick(nw["n_out"] == 1, i_q + 1 == held["n_out"])
+        stepped = {k: pick(nw[k], base_q[k] + held[k]) for k in factors}   # base + factor
         issue = Signal()
         m.d.comb += issue.eq(first | (issuing & (wait == 0)))
         last_uop = Signal()
-        m.d.comb += last_uop.eq((u + 1 == end) & (j + 1 == n_in) & (i + 1 == n_out))
+        m.d.comb += last_uop.eq(u_wrap & j_wrap & i_wrap)
         with m.If(issue):
             m.d.sync += wait.eq(ii_now - 1)
-            with m.If(u + 1 != end):
-                m.d.sync += [u_q.eq(u + 1), j_q.eq(j), i_q.eq(i)]
+            with m.If(~u_wrap):
+                m.d.sync += [u_q.eq(u_next), j_q.eq(j), i_q.eq(i)]
                 m.d.sync += [base_q[k].eq(base[k]) for k in factors]
-            with m.Elif(j + 1 != n_in):
-                m.d.sync += [u_q.eq(bgn), j_q.eq(j + 1), i_q.eq(i)]
-                m.d.sync += [base_q[k].eq(base[k] + fac[k]) for k in factors if k.endswith("_in")]
+            with m.Elif(~j_wrap):
+                m.d.sync += [u_q.eq(bgn), j_q.eq(j_next), i_q.eq(i)]
+                m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_in")]
                 m.d.sync += [base_q[k].eq(base[k]) for k in factors if k.endswith("_out")]
             with m.Else():
-                m.d.sync += [u_q.eq(bgn), j_q.eq(0), i_q.eq(i + 1)]
+                m.d.sync += [u_q.eq(bgn), j_q.eq(0), i_q.eq(i_next)]
                 m.d.sync += [base_q[k].eq(0) for k in factors if k.endswith("_in")]
-                m.d.sync += [base_q[k].eq(base[k] + fac[k]) for k in factors if k.endswith("_out")]
+                m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_out")]
             with m.If(last_uop):
                 m.d.sync += [issuing.eq(0), draining.eq(1), drain.eq(drain_len)]
             with m.Else():
@@ -393,15 +411,17 @@ class Compute(wiring.Component):
             m.d.comb += seq_last.eq(1)
 
         # ---------------------------------------------------------------- pipeline
-        m.d.comb += uop_buf.r.addr.eq(u)
+        # The micro-op address: the instruction's first micro-op whenever the sequencer is not
+        # running (read for nothing unless ``first``), so it does not wait for ``first``.
+        m.d.comb += uop_buf.r.addr.eq(Mux(issuing, u_q, nw["bgn"]))
         v1, v2, v3, v4, v5 = (Signal(name=f"v{s}") for s in range(1, 6))
         b1 = {k: Signal(acc_bits if k == "dst" else src_bits if k == "src" else wgt_bits,
                         name=f"b1_{k}") for k in ("dst", "src", "wgt")}
         m.d.sync += [
             v1.eq(issue),
-            b1["dst"].eq(base["dst_out"] + base["dst_in"]),
-            b1["src"].eq(base["src_out"] + base["src_in"]),
-            b1["wgt"].eq(base["wgt_out"] + base["wgt_in"]),
+            b1["dst"].eq(Mux(first, 0, base_q["dst_out"] + base_q["dst_in"])),
+            b1["src"].eq(Mux(first, 0, base_q["src_out"] + base_q["src_in"])),
+            b1["wgt"].eq(Mux(first, 0, base_q["wgt_out"] + base_q["wgt_in"])),
         ]
         uop = Signal(p.uop_layout)
         m.d.comb += uop.eq(uop_buf.r.data[:cfg.uop_bits])
@@ -420,8 +440,9 @@ class Compute(wiring.Component):
                      dst5.eq(dst4), src3.eq(src2)]
         # GEMM operands: read in s1 at the index being formed (the same sums as src2/wgt2),
         # registered out of the buffers in s2, so that the multipliers in s3 start from
-        # flip-flops rather than from block-RAM outputs. (Yosys folds this register into the
-        # ECP5 block RAMs' output registers, so there the path stays BRAM -> depth mux -> DSP.)
+        # flip-flops rather than from block-RAM outputs. The inp and wgt buffers' read ports are
+        # not transparent, which keeps this register in the fabric after the block RAMs' depth
+        # mux (with a transparent port Yosys folds it into the RAM, see ``SramBuffer``).
         inp_idx = Signal(src_bits)
         inp3 = Signal(cfg.inp_tile_bytes * 8)
         wgt3 = Signal(cfg.wgt_tile_bytes * 8)
@@ -436,16 +457,24 @@ class Compute(wiring.Component):
             inp3.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
             wgt3.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
         ]
-        # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4.
+        # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s3.
         with m.If(alu_q):
             with m.If(v3):
                 m.d.comb += acc_buf.r.addr.eq(dst3)
             with m.Else():
                 m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
         with m.Else():
-            m.d.comb += acc_buf.r.addr.eq(dst4)
+            m.d.comb += acc_buf.r.addr.eq(dst3)
         acc_data = acc_buf.r.data[:cfg.acc_tile_bytes * 8]
         lanes = cfg.batch * cfg.block_out
+        # GEMM: acc[dst] arrives in s4 and is registered, so that the accumulate in s5 starts
+        # from flip-flops rather than from a block-RAM output. The read (at the end of s3)
+        # sees the write of the micro-op two ahead (same edge, transparent port) but not the
+        # one just ahead, written at the end of s4: that one's result is forwarded.
+        gemm_acc5 = Signal(cfg.acc_tile_bytes * 8)
+        gemm_hit5 = Signal()
+        gemm_res6 = Signal(cfg.acc_tile_bytes * 8)
+        m.d.sync += [gemm_acc5.eq(acc_data), gemm_hit5.eq(v5 & (dst5 == dst4))]
 
         # ALU: source operand read in s2, destination in s3; in s4 both are taken from the
         # micro-op in s6 (writing now) or s7 (written at the last edge) when that one writes
@@ -486,10 +515,13 @@ class Compute(wiring.Component):
             m.d.comb += [result.eq(res6), wb_valid.eq(v6), wb_dst.eq(dst6)]
         with m.Else():
             m.d.comb += [wb_valid.eq(v5), wb_dst.eq(dst5)]
+            gemm_acc = Signal(cfg.acc_tile_bytes * 8)
+            m.d.comb += gemm_acc.eq(Mux(gemm_hit5, gemm_res6, gemm_acc5))
             with m.If(~reset_q):
                 for lane in range(lanes):
                     m.d.comb += result.word_select(lane, 32).eq(
-                        acc_data.word_select(lane, 32) + core.sums.word_select(lane, 32))
+                        gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
+        m.d.sync += gemm_res6.eq(result)
         out_tile = Cat(*(result.word_select(lane, 32)[:8] for lane in range(lanes)))
         with m.If(eng.wr_acc.en != 0):
             m.d.comb += [

@@ -62,8 +62,8 @@ class DepControl(wiring.Component):
         One per honoured pop flag.
     <push> : Out(token stream)
         One per honoured push flag.
-    <push>_level : In
-        Tokens in that queue.
+    <push>_room : In
+        That queue's registered ``room`` (``TokenQueue.room``: at most ``D`` tokens).
     hold, release : Out
         With two pushes: the second push's token is invisible / becomes visible now.
     """
@@ -90,7 +90,7 @@ class DepControl(wiring.Component):
             members[name] = In(token_stream())
         for name in self._pushes:
             members[name] = Out(token_stream())
-            members[f"{name}_level"] = In(range(token_depth + 2))
+            members[f"{name}_room"] = In(1)
         if len(self._pushes) == 2:
             members["hold"] = Out(1)
             members["release"] = Out(1)
@@ -114,8 +114,7 @@ class DepControl(wiring.Component):
         ok = {}
         for name in self._pushes:
             ok[name] = Signal(name=f"ok_{name}")
-            m.d.comb += ok[name].eq(~pend[name]
-                                    | (getattr(self, f"{name}_level") <= self._depth))
+            m.d.comb += ok[name].eq(~pend[name] | getattr(self, f"{name}_room"))
         idle = Signal()
         free = Signal()
         all_ok: object = 1

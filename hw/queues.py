@@ -66,7 +66,7 @@ class CommandQueue(wiring.Component):
             "w": In(stream.Signature(shape)),
             "r": Out(stream.Signature(shape)),
             "level": Out(range(depth + 2)),
-            "room": Out(1),
+            "room": Out(1, init=1),
         })
 
     @property
@@ -93,6 +93,7 @@ class CommandQueue(wiring.Component):
         rptr = Signal(range(depth))
         w_fire = Signal()
         r_fire = Signal()
+        not_full = Signal(init=1)
         to_mem = Signal()
         refill = Signal()
 
@@ -100,12 +101,11 @@ class CommandQueue(wiring.Component):
             return Mux(ptr == depth - 1, 0, ptr + 1)
 
         m.d.comb += [
-            self.w.ready.eq(self.level < slots),
+            self.w.ready.eq(not_full),
             w_fire.eq(self.w.valid & self.w.ready),
             self.r.valid.eq(head_valid),
             self.r.payload.eq(head),
             r_fire.eq(self.r.valid & self.r.ready),
-            self.room.eq(self.level <= depth),
             stored.eq(self.level - head_valid),
             refill.eq(r_fire & (stored != 0)),
             # A new entry goes to the memory unless the head is (or becomes) free of it.
@@ -125,7 +125,14 @@ class CommandQueue(wiring.Component):
             m.d.sync += head_valid.eq(0)
         with m.If(to_mem):
             m.d.sync += wptr.eq(bump(wptr))
-        m.d.sync += self.level.eq(self.level + w_fire - r_fire)
+        # The flags read by other modules are registered, formed from the next level.
+        level_next = Signal.like(self.level)
+        m.d.comb += level_next.eq(self.level + w_fire - r_fire)
+        m.d.sync += [
+            self.level.eq(level_next),
+            not_full.eq(level_next < slots),
+            self.room.eq(level_next <= depth),
+        ]
         return m
 
 
@@ -165,7 +172,7 @@ class TokenQueue(wiring.Component):
             "hold": In(1),
             "release": In(1),
             "level": Out(range(depth + 2)),
-            "room": Out(1),
+            "room": Out(1, init=1),
         })
 
     @property
@@ -176,12 +183,21 @@ class TokenQueue(wiring.Component):
         m = Module()
         pushed = Signal()
         popped = Signal()
+        some = Signal()
+        several = Signal()
         m.d.comb += [
             self.push.ready.eq(1),
             pushed.eq(self.push.valid),
-            self.pop.valid.eq(Mux(self.hold, (self.level > 1) | self.release, self.level != 0)),
+            self.pop.valid.eq(Mux(self.hold, several | self.release, some)),
             popped.eq(self.pop.valid & self.pop.ready),
-            self.room.eq(self.level <= self._depth),
         ]
-        m.d.sync += self.level.eq(self.level + pushed - popped)
+        # The flags are registered, formed from the next level.
+        level_next = Signal.like(self.level)
+        m.d.comb += level_next.eq(self.level + pushed - popped)
+        m.d.sync += [
+            self.level.eq(level_next),
+            some.eq(level_next != 0),
+            several.eq(level_next > 1),
+            self.room.eq(level_next <= self._depth),
+        ]
         return m

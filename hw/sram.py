@@ -56,8 +56,8 @@ class BufferRead(wiring.Signature):
         Element index of lane 0; sampled at the clock edge.
     data : In
         The ``lanes`` elements at the address of the previous cycle (zero-extended when the
-        buffer keeps fewer bits than an element). Writes at the same edge are visible
-        (transparent read).
+        buffer keeps fewer bits than an element). Whether a write at the same edge is visible
+        depends on the buffer (``SramBuffer(transparent=...)``).
     """
 
     def __init__(self, geom: BufferGeometry) -> None:
@@ -75,12 +75,20 @@ class BufferRead(wiring.Signature):
 
 
 class SramBuffer(wiring.Component):
-    """One buffer: a write port and a transparent synchronous read port.
+    """One buffer: a write port and a synchronous read port.
 
     Parameters
     ----------
     geom
         Depth, element width, bits kept per element and number of lanes (banks).
+    transparent
+        A read at the edge of a write to the same element returns the new data. Amaranth
+        writes a transparent port as a registered address in front of an asynchronous read,
+        and Yosys then folds the reader's next register into the block RAM as its data latch
+        (ECP5's DP16KD then runs without its output register, 5.8 ns clock-to-out, and the
+        depth mux follows it). A non-transparent port registers the data instead, so the
+        reader's register stays a fabric flip-flop after the mux: the GEMM operand buffers
+        (whose reads and writes tokens keep apart) use it.
 
     Ports
     -----
@@ -90,13 +98,14 @@ class SramBuffer(wiring.Component):
         Read port (the reader drives ``addr``, receives ``data``).
     """
 
-    def __init__(self, geom: BufferGeometry) -> None:
+    def __init__(self, geom: BufferGeometry, transparent: bool = True) -> None:
         if geom.depth % geom.lanes:
             raise ValueError(
                 f"{geom.name} buffer depth {geom.depth} is not a multiple of its "
                 f"{geom.lanes} lanes"
             )
         self._geom = geom
+        self._transparent = transparent
         super().__init__({"w": In(BufferWrite(geom)), "r": In(BufferRead(geom))})
 
     @property
@@ -114,7 +123,7 @@ class SramBuffer(wiring.Component):
             mem = Memory(shape=g.store_bits, depth=rows, init=[])
             m.submodules[f"bank{b}"] = mem
             wp = mem.write_port()
-            rp = mem.read_port(transparent_for=(wp,))
+            rp = mem.read_port(transparent_for=(wp,) if self._transparent else ())
             banks.append((wp, rp))
 
         w_lanes = [self.w.data[i * g.elem_bits:(i + 1) * g.elem_bits] for i in range(k)]

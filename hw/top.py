@@ -117,10 +117,10 @@ class Accelerator(wiring.Component):
         wiring.connect(m, store.s2c, tq["s2c"].push)
         wiring.connect(m, tq["s2c"].pop, compute.s2c)
         m.d.comb += [
-            load.l2c_level.eq(tq["l2c"].level),
-            store.s2c_level.eq(tq["s2c"].level),
-            compute.c2l_level.eq(tq["c2l"].level),
-            compute.c2s_level.eq(tq["c2s"].level),
+            load.l2c_room.eq(tq["l2c"].room),
+            store.s2c_room.eq(tq["s2c"].room),
+            compute.c2l_room.eq(tq["c2l"].room),
+            compute.c2s_room.eq(tq["c2s"].room),
             tq["c2s"].hold.eq(compute.c2s_hold),
             tq["c2s"].release.eq(compute.c2s_release),
         ]
@@ -132,8 +132,8 @@ class Accelerator(wiring.Component):
             wiring.connect(m, unit.dram, getattr(arb, name))
         wiring.connect(m, arb.dram, wiring.flipped(self.dram))
 
-        m.submodules.inp_buffer = inp = SramBuffer(p.buffers["inp"])
-        m.submodules.wgt_buffer = wgt = SramBuffer(p.buffers["wgt"])
+        m.submodules.inp_buffer = inp = SramBuffer(p.buffers["inp"], transparent=False)
+        m.submodules.wgt_buffer = wgt = SramBuffer(p.buffers["wgt"], transparent=False)
         m.submodules.out_buffer = out = SramBuffer(p.buffers["out"])
         wiring.connect(m, load.wr_inp, inp.w)
         wiring.connect(m, load.wr_wgt, wgt.w)

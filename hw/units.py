@@ -33,8 +33,8 @@ class LoadUnit(wiring.Component):
         Tokens compute->load (``pop_next``).
     l2c : Out(token stream)
         Tokens load->compute (``push_next``).
-    l2c_level : In
-        Level of the ``l2c`` queue.
+    l2c_room : In
+        ``room`` of the ``l2c`` queue.
     dram : Out(DramPort)
         DRAM reads.
     wr_inp, wr_wgt : Out(BufferWrite)
@@ -45,12 +45,11 @@ class LoadUnit(wiring.Component):
 
     def __init__(self, params: RtlParams) -> None:
         self._p = params
-        depth = params.token_depth
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
             "c2l": In(token_stream()),
             "l2c": Out(token_stream()),
-            "l2c_level": In(range(depth + 2)),
+            "l2c_room": In(1),
             "dram": Out(dram_port(params)),
             "wr_inp": Out(BufferWrite(params.buffers["inp"])),
             "wr_wgt": Out(BufferWrite(params.buffers["wgt"])),
@@ -71,7 +70,7 @@ class LoadUnit(wiring.Component):
         wiring.connect(m, eng.wr_inp, wiring.flipped(self.wr_inp))
         wiring.connect(m, eng.wr_wgt, wiring.flipped(self.wr_wgt))
         m.d.comb += [
-            ctrl.push_next_level.eq(self.l2c_level),
+            ctrl.push_next_room.eq(self.l2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
             ctrl.last.eq(eng.last),
@@ -97,8 +96,8 @@ class StoreUnit(wiring.Component):
         Tokens compute->store (``pop_prev``).
     s2c : Out(token stream)
         Tokens store->compute (``push_prev``).
-    s2c_level : In
-        Level of the ``s2c`` queue.
+    s2c_room : In
+        ``room`` of the ``s2c`` queue.
     dram : Out(DramPort)
         DRAM writes.
     rd_out : Out(BufferRead)
@@ -109,12 +108,11 @@ class StoreUnit(wiring.Component):
 
     def __init__(self, params: RtlParams) -> None:
         self._p = params
-        depth = params.token_depth
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
             "c2s": In(token_stream()),
             "s2c": Out(token_stream()),
-            "s2c_level": In(range(depth + 2)),
+            "s2c_room": In(1),
             "dram": Out(dram_port(params)),
             "rd_out": Out(BufferRead(params.buffers["out"])),
             "issue": Out(1),
@@ -133,7 +131,7 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, eng.dram, wiring.flipped(self.dram))
         wiring.connect(m, eng.rd, wiring.flipped(self.rd_out))
         m.d.comb += [
-            ctrl.push_prev_level.eq(self.s2c_level),
+            ctrl.push_prev_room.eq(self.s2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
             ctrl.last.eq(eng.last),

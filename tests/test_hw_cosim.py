@@ -206,6 +206,33 @@ def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
     cosim(*b.build())
 
 
+@pytest.mark.parametrize("gemm", [(1, 4), (2, 3), (1, 6)])
+def test_gemm_accumulates_what_the_previous_micro_ops_wrote(tiny: HwConfig,
+                                                            gemm: tuple[int, int]) -> None:
+    """Back-to-back GEMM micro-ops into one destination (the result of the one just ahead is
+    forwarded) and into alternating destinations (the one two ahead is seen through the acc
+    port's transparency), after a reset, at each GEMM ii."""
+    cfg = tiny.replace(**{"gemm.ii": gemm[0], "gemm.depth": gemm[1]})
+    rng = np.random.default_rng(11)
+    b = ProgramBuilder(cfg)
+    bi, bo = cfg.block_in, cfg.block_out
+    ia = b.tensor("inp", rng.integers(-128, 128, (8, 1, bi), dtype=np.int8))
+    wa = b.tensor("wgt", rng.integers(-128, 128, (4, bo, bi), dtype=np.int8))
+    oa = b.buffer("out", 4 * bo, bo)
+    same = b.uops([(1, i, i % 4) for i in range(6)])
+    alternate = b.uops([(2 + i % 2, i, 3 - i % 4) for i in range(6)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=12, x_stride=12)
+    b.load(MemType.INP, sram_base=0, dram_base=ia, x_size=8, x_stride=8)
+    b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=4, x_stride=4, push_next=True)
+    b.gemm(uop_bgn=0, uop_end=1, iter_out=4, dst_factor_out=1, reset=True, pop_prev=True)
+    b.gemm(uop_bgn=same[0], uop_end=same[1], iter_in=3, src_factor_in=1)
+    b.gemm(uop_bgn=alternate[0], uop_end=alternate[1], iter_out=2, wgt_factor_out=1,
+           push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    cosim(*b.build())
+
+
 def test_token_queue_back_pressure(cfg: HwConfig) -> None:
     cfg = cfg.replace(**{"queues.token_depth": 1})
     b = ProgramBuilder(cfg)
