@@ -60,6 +60,9 @@ class _Engine(wiring.Component):
             "zero": Signal(),
         }
         remaining = Signal(size_bits)
+        one_beat = Signal()
+        burst_ends_row = Signal()
+        last_row = Signal()
         m.d.comb += [
             remaining.eq(s["row_bytes"] - s["row_off"]),
             s["req_bytes"].eq(Mux(remaining > cfg.dram.max_burst, cfg.dram.max_burst,
@@ -69,11 +72,14 @@ class _Engine(wiring.Component):
             self.dram.req.payload.write.eq(int(write)),
             s["granted"].eq(self.dram.req.valid & self.dram.req.ready),
             s["beat"].eq(self.dram.rsp_valid),
-            s["burst_end"].eq(s["beat"] & (s["beats_left"] == 1)),
-            s["row_end"].eq(s["burst_end"] & (s["row_off"] + s["burst"] == s["row_bytes"])),
-            s["all_end"].eq(s["row_end"] & (s["rows_left"] == 1)),
+            s["burst_end"].eq(s["beat"] & one_beat),
+            s["row_end"].eq(s["burst_end"] & burst_ends_row),
+            s["all_end"].eq(s["row_end"] & last_row),
             s["zero"].eq((insn.y_size == 0) | (insn.x_size == 0)),
         ]
+        # The end-of-burst/row/block tests are registered flags, set when their counters are
+        # (``beats_left == 1``, ``row_off + burst == row_bytes``, ``rows_left == 1``), so the
+        # beat that ends an instruction reaches ``last`` through a few gates only.
         with m.If(self.start):
             m.d.sync += [
                 s["row_dram"].eq(insn.dram_base << shift),
@@ -81,14 +87,18 @@ class _Engine(wiring.Component):
                 s["row_bytes"].eq(insn.x_size << shift),
                 s["row_off"].eq(0),
                 s["rows_left"].eq(insn.y_size),
+                last_row.eq(insn.y_size == 1),
             ]
         with m.If(s["granted"]):
             m.d.sync += [
                 s["burst"].eq(s["req_bytes"]),
                 s["beats_left"].eq((s["req_bytes"] + bpc - 1) >> beat_shift),
+                one_beat.eq(s["req_bytes"] <= bpc),
+                burst_ends_row.eq(remaining <= cfg.dram.max_burst),
             ]
         with m.Elif(s["beat"]):
-            m.d.sync += s["beats_left"].eq(s["beats_left"] - 1)
+            m.d.sync += [s["beats_left"].eq(s["beats_left"] - 1),
+                         one_beat.eq(s["beats_left"] == 2)]
         with m.If(s["burst_end"]):
             m.d.sync += s["row_off"].eq(s["row_off"] + s["burst"])
         with m.If(s["row_end"]):
@@ -96,6 +106,7 @@ class _Engine(wiring.Component):
                 s["row_off"].eq(0),
                 s["row_dram"].eq(s["row_dram"] + s["stride"]),
                 s["rows_left"].eq(s["rows_left"] - 1),
+                last_row.eq(s["rows_left"] == 2),
             ]
         return s
 

@@ -26,6 +26,17 @@ def token_stream() -> stream.Signature:
     return stream.Signature(0)
 
 
+def _next_at_most(level: Signal, up: object, down: object, t: int) -> object:
+    """``level + up - down <= t`` (``up``, ``down`` exclusive) as three compares of ``level``
+    that do not wait for ``up`` and ``down``, which only pick one."""
+    return Mux(up, level <= t - 1 if t >= 1 else 0, Mux(down, level <= t + 1, level <= t))
+
+
+def _next_at_least(level: Signal, up: object, down: object, t: int) -> object:
+    """``level + up - down >= t``, likewise."""
+    return Mux(up, level >= t - 1 if t >= 2 else 1, Mux(down, level >= t + 1, level >= t))
+
+
 def _check_depth(depth: object) -> int:
     if isinstance(depth, bool) or not isinstance(depth, int):
         raise TypeError(f"depth must be an integer, not {depth!r}")
@@ -126,12 +137,11 @@ class CommandQueue(wiring.Component):
         with m.If(to_mem):
             m.d.sync += wptr.eq(bump(wptr))
         # The flags read by other modules are registered, formed from the next level.
-        level_next = Signal.like(self.level)
-        m.d.comb += level_next.eq(self.level + w_fire - r_fire)
+        up, down = w_fire & ~r_fire, r_fire & ~w_fire
         m.d.sync += [
-            self.level.eq(level_next),
-            not_full.eq(level_next < slots),
-            self.room.eq(level_next <= depth),
+            self.level.eq(self.level + w_fire - r_fire),
+            not_full.eq(_next_at_most(self.level, up, down, slots - 1)),
+            self.room.eq(_next_at_most(self.level, up, down, depth)),
         ]
         return m
 
@@ -192,12 +202,11 @@ class TokenQueue(wiring.Component):
             popped.eq(self.pop.valid & self.pop.ready),
         ]
         # The flags are registered, formed from the next level.
-        level_next = Signal.like(self.level)
-        m.d.comb += level_next.eq(self.level + pushed - popped)
+        up, down = pushed & ~popped, popped & ~pushed
         m.d.sync += [
-            self.level.eq(level_next),
-            some.eq(level_next != 0),
-            several.eq(level_next > 1),
-            self.room.eq(level_next <= self._depth),
+            self.level.eq(self.level + pushed - popped),
+            some.eq(_next_at_least(self.level, up, down, 1)),
+            several.eq(_next_at_least(self.level, up, down, 2)),
+            self.room.eq(_next_at_most(self.level, up, down, self._depth)),
         ]
         return m
