@@ -95,6 +95,7 @@ class SynthReport:
     device: str | None = None
     design_hash: str = ""
     seconds: float = 0.0
+    wrapper: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,7 +187,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
     SynthError
         The tools are missing or failed.
     """
-    from hw.export import TOP_NAME, design_hash, verilog_text
+    from hw.export import TOP_NAME, WRAPPER_VERSION, design_hash, verilog_text
 
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
@@ -202,7 +203,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         except (OSError, ValueError):
             data = {}
         if data.get("design_hash") == digest and (
-                not pnr or (data.get("fmax_mhz") is not None and data.get("device") == device)):
+                not pnr or (data.get("fmax_mhz") is not None and data.get("device") == device
+                            and data.get("wrapper") == WRAPPER_VERSION)):
             return SynthReport(**data)
     with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
@@ -220,6 +222,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         if pnr:
             report.fmax_mhz = _place_and_route(cfg, work, device)
             report.device = device
+            report.wrapper = WRAPPER_VERSION
         report.design_hash = digest
         report.seconds = round(time.perf_counter() - t0, 1)
     if pnr or not (cache.exists() and _has_fmax(cache, digest)):

@@ -8,8 +8,9 @@ from collections import deque
 
 import numpy as np
 import pytest
-from amaranth.hdl import Shape
+from amaranth.hdl import Cat, Module, Shape
 from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from accel import load_config
@@ -18,6 +19,7 @@ from accel.isa import AluOp, IsaLayout, MemType, Opcode
 from hw.compute import AluLane, GemmCore
 from hw.control import DepControl
 from hw.dram import REQUESTERS, DramArbiter, DramPort
+from hw.export import PinWrapper
 from hw.lutmul import mul_low_lut
 from hw.params import RtlParams, check_rtl_config, format_layout
 from hw.queues import CommandQueue, TokenQueue
@@ -173,6 +175,40 @@ def test_sram_buffer_banked_writes_and_reads(tiny: HwConfig, transparent: bool) 
     collisions = [0]
     run_bench(dut, bench)
     assert collisions[0] > 20                  # the two port kinds were told apart
+
+
+class _Scrambler(wiring.Component):
+    """A stand-in for the accelerator: 37 outputs, some registered, from 21 inputs."""
+
+    def __init__(self) -> None:
+        super().__init__({"a": In(13), "b": In(8), "x": Out(20), "y": Out(17)})
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        m.d.comb += self.x.eq(self.a * 3 + self.b)
+        m.d.sync += self.y.eq(Cat(self.a ^ self.b, self.b[:4]))
+        return m
+
+
+def test_pin_wrapper_shifts_in_and_reports_the_parity_of_the_outputs(tiny: HwConfig) -> None:
+    inner = _Scrambler()
+    dut = PinWrapper(tiny, inner=inner)
+    rng = np.random.default_rng(3)
+    bits = [int(b) for b in rng.integers(0, 2, 300)]
+
+    async def bench(ctx: object) -> None:
+        shreg, parities, seen = 0, [], []
+        for bit in bits:
+            ctx.set(dut.si, bit)
+            await ctx.tick()
+            shreg = (shreg << 1 | bit) & (2**21 - 1)     # si enters at the low end
+            assert ctx.get(inner.a) | ctx.get(inner.b) << 13 == shreg
+            parities.append(bin(ctx.get(inner.x) | ctx.get(inner.y) << 20).count("1") & 1)
+            seen.append(ctx.get(dut.so))
+        assert seen[3:] == parities[:-3]
+        assert 0 < sum(seen) < len(seen)
+
+    run_bench(dut, bench)
 
 
 @pytest.mark.parametrize("depth", [1, 3])
