@@ -13,7 +13,7 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
     s6                                              ALU: write acc[dst], out[dst]
 
 MUL registers its partial products in s5 and adds them in s6 (:class:`AluLane`): one multiplier
-block per lane instead of four.
+block per lane instead of four, and the LUT cross terms' adder tree split between the two stages.
 
 The GEMM reads ``acc[dst]`` two cycles before writing it: the read port's transparency hands a
 micro-op the result of the one two ahead, and the result of the one just ahead is forwarded, so
@@ -34,12 +34,17 @@ from accel.isa import AluOp, MemType, Opcode
 from hw.control import DepControl
 from hw.dma import LoadEngine
 from hw.dram import dram_port
-from hw.lutmul import mul_low_lut
+from hw.lutmul import mul_low_lut_parts
 from hw.params import RtlParams
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer
 
-__all__ = ["AluLane", "Compute", "GemmCore", "alu_op", "mul_low32_parts"]
+__all__ = ["CROSS_PARTS", "AluLane", "Compute", "GemmCore", "alu_op", "mul_low32_parts"]
+
+CROSS_PARTS = 4
+"""Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 32
+addends' five adder levels are split three before the register and two (with the low product's
+upper half) after it."""
 
 
 def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
@@ -52,11 +57,18 @@ def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
     a = a.as_signed()
     b = b.as_signed()
     res = Signal(signed(32), name="alu_result")
-    right = Signal(5, name="shr_amount")
-    left = Signal(33, name="shl_amount")
+    # SHR: both shifters take their amounts straight from b's low bits (``-b`` mod 32 for the
+    # left shift), and b's range picks among them afterwards, in parallel with the shifting:
+    # b in 0..31 shifts right, b > 31 leaves the sign, b in -31..-1 shifts left, else 0.
+    shr = Signal(signed(32), name="shr_value")
+    shl = Signal(32, name="shl_value")
+    high_zero = Signal(name="shr_high_zero")        # b[5:32] all zeros: 0 <= b <= 31
+    high_ones = Signal(name="shr_high_ones")        # b[5:32] all ones: -32 <= b <= -1
     m.d.comb += [
-        right.eq(Mux(b > 31, 31, b[:5])),
-        left.eq(-b),
+        shr.eq(a >> b[:5]),
+        shl.eq(a << (0 - b[:5])[:5]),
+        high_zero.eq(b[5:] == 0),
+        high_ones.eq(b[5:] == (1 << 27) - 1),
     ]
     with m.Switch(op):
         with m.Case(int(AluOp.MIN)):
@@ -66,27 +78,32 @@ def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
         with m.Case(int(AluOp.ADD)):
             m.d.comb += res.eq(a + b)
         with m.Case(int(AluOp.SHR)):
-            with m.If(b >= 0):
-                m.d.comb += res.eq(a >> right)
-            with m.Elif(left < 32):
-                m.d.comb += res.eq(a << left[:5])
+            with m.If(high_zero):
+                m.d.comb += res.eq(shr)
+            with m.Elif(~b[31]):
+                m.d.comb += res.eq(a >> 31)
+            with m.Elif(high_ones & (b[:5] != 0)):
+                m.d.comb += res.eq(shl)
             with m.Else():
                 m.d.comb += res.eq(0)
     return res
 
 
-def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, Signal]:
-    """The low 32 bits of ``a * b`` (32-bit operands) as ``lo + (cross << 16)``.
+def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signal]]:
+    """The low 32 bits of ``a * b`` (32-bit operands) as ``lo + (sum(cross) << 16)``.
 
     ``lo = a[:16] * b[:16]`` (unsigned 16 x 16 -> 32 bits: one 18x18 multiplier block) and
-    ``cross = a[16:] * b[:16] + a[:16] * b[16:] mod 2**16`` (:func:`mul_low_lut`, in LUTs);
-    ``a[16:] * b[16:]`` only reaches bits 32 and up. Signedness does not matter mod 2**32.
+    ``sum(cross) = a[16:] * b[:16] + a[:16] * b[16:] mod 2**16`` (:func:`mul_low_lut_parts`,
+    in LUTs, the last levels of its adder tree left to the caller: ``CROSS_PARTS`` partial
+    sums); ``a[16:] * b[16:]`` only reaches bits 32 and up. Signedness does not matter mod
+    2**32.
     """
     a = a.as_unsigned()
     b = b.as_unsigned()
     lo = Signal(32, name="mul_lo")
     m.d.comb += lo.eq(a[:16] * b[:16])
-    cross = mul_low_lut(m, [(a[16:32], b[:16]), (a[:16], b[16:32])], 16, "mul_cross")
+    cross = mul_low_lut_parts(m, [(a[16:32], b[:16]), (a[:16], b[16:32])], 16, "mul_cross",
+                              parts=CROSS_PARTS)
     return lo, cross
 
 
@@ -121,17 +138,22 @@ class AluLane(wiring.Component):
         lo, cross = mul_low32_parts(m, self.a, self.b)
         other_q = Signal(signed(32))
         lo_q = Signal(32)
-        cross_q = Signal(16)
+        cross_q = [Signal(16, name=f"cross_q{k}") for k in range(len(cross))]
         mul_q = Signal()
         m.d.sync += [
             other_q.eq(other),
             lo_q.eq(lo),
-            cross_q.eq(cross),
             mul_q.eq(self.op == int(AluOp.MUL)),
         ]
+        m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
+        terms: list[object] = [lo_q[16:], *cross_q]
+        while len(terms) > 1:                           # a balanced tree, mod 2**16
+            terms = [(terms[i] + terms[i + 1])[:16] if i + 1 < len(terms) else terms[i]
+                     for i in range(0, len(terms), 2)]
+        high = terms[0]
         product = Signal(32)
         m.d.comb += [
-            product.eq(Cat(lo_q[:16], lo_q[16:] + cross_q)),
+            product.eq(Cat(lo_q[:16], high[:16])),
             self.result.eq(Mux(mul_q, product, other_q)),
         ]
         return m

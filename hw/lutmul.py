@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
 
-__all__ = ["mul_low_lut"]
+__all__ = ["mul_low_lut", "mul_low_lut_parts"]
 
 
 def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str) -> Signal:
@@ -15,13 +15,24 @@ def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name:
     one, so no adder is wider than the bits it can change. Synthesis maps this to LUTs and
     carry chains, keeping the FPGA's multiplier blocks for the GEMM array.
     """
+    (out,) = mul_low_lut_parts(m, pairs, width, name, parts=1)
+    return out
+
+
+def mul_low_lut_parts(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
+                      parts: int) -> list[Signal]:
+    """The tree of :func:`mul_low_lut` stopped at ``parts`` partial sums (a power of two):
+    their sum mod ``2**width`` is the result. A caller registers them and adds them in the next
+    cycle, so the tree's levels are split between two pipeline stages."""
+    if parts < 1 or parts & (parts - 1):
+        raise ValueError(f"parts must be a power of two >= 1, not {parts}")
     nodes: list[tuple[object, int]] = []              # (value, shift): value << shift
     for x, y in pairs:
         for i in range(min(width, len(y))):
             nodes.append((Mux(y[i], x[:width - i], 0), i))
     if not nodes:
-        return Signal(width, name=name)
-    while len(nodes) > 1:
+        return [Signal(width, name=f"{name}_{k}") for k in range(parts)]
+    while len(nodes) > parts:
         nodes.sort(key=lambda node: node[1])
         merged = []
         for k in range(0, len(nodes) - 1, 2):
@@ -31,7 +42,11 @@ def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name:
         if len(nodes) % 2:
             merged.append(nodes[-1])
         nodes = merged
-    value, shift = nodes[0]
-    out = Signal(width, name=name)
-    m.d.comb += out.eq(value << shift)
-    return out
+    outs = []
+    for k in range(parts):
+        out = Signal(width, name=name if parts == 1 else f"{name}_{k}")
+        if k < len(nodes):
+            value, shift = nodes[k]
+            m.d.comb += out.eq(value << shift)
+        outs.append(out)
+    return outs
