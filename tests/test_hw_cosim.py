@@ -82,13 +82,20 @@ def test_lone_load(cfg: HwConfig) -> None:
     assert cosim(*b.build()) == 75
 
 
+def gemm_tensors(b: ProgramBuilder, seed: int, inp: int, wgt: int,
+                 out: int) -> tuple[int, int, int]:
+    """DRAM addresses of ``inp`` random input tiles, ``wgt`` weight tiles and ``out`` output
+    tiles of ``b``'s config."""
+    rng = np.random.default_rng(seed)
+    bi, bo = b.cfg.block_in, b.cfg.block_out
+    ia = b.tensor("inp", rng.integers(-128, 128, (inp, 1, bi), dtype=np.int8))
+    wa = b.tensor("wgt", rng.integers(-128, 128, (wgt, bo, bi), dtype=np.int8))
+    return ia, wa, b.buffer("out", out * bo, bo)
+
+
 def chain_program(cfg: HwConfig) -> tuple[Program, Dram]:
-    rng = np.random.default_rng(1)
     b = ProgramBuilder(cfg)
-    bi, bo = cfg.block_in, cfg.block_out
-    ia = b.tensor("inp", rng.integers(-128, 128, (4, 1, bi), dtype=np.int8))
-    wa = b.tensor("wgt", rng.integers(-128, 128, (1, bo, bi), dtype=np.int8))
-    oa = b.buffer("out", 4 * bo, bo)
+    ia, wa, oa = gemm_tensors(b, 1, inp=4, wgt=1, out=4)
     b.uops([(i, i, 0) for i in range(4)])
     b.load(MemType.INP, sram_base=0, dram_base=ia, x_size=4, x_stride=4)
     b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=1, x_stride=1, push_next=True)
@@ -213,12 +220,8 @@ def test_gemm_accumulates_what_the_previous_micro_ops_wrote(tiny: HwConfig,
     forwarded) and into alternating destinations (the one two ahead is seen through the acc
     port's transparency), after a reset, at each GEMM ii."""
     cfg = tiny.replace(**{"gemm.ii": gemm[0], "gemm.depth": gemm[1]})
-    rng = np.random.default_rng(11)
     b = ProgramBuilder(cfg)
-    bi, bo = cfg.block_in, cfg.block_out
-    ia = b.tensor("inp", rng.integers(-128, 128, (8, 1, bi), dtype=np.int8))
-    wa = b.tensor("wgt", rng.integers(-128, 128, (4, bo, bi), dtype=np.int8))
-    oa = b.buffer("out", 4 * bo, bo)
+    ia, wa, oa = gemm_tensors(b, 11, inp=8, wgt=4, out=4)
     same = b.uops([(1, i, i % 4) for i in range(6)])
     alternate = b.uops([(2 + i % 2, i, 3 - i % 4) for i in range(6)])
     b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=12, x_stride=12)
