@@ -12,7 +12,8 @@ For the ResNet-18 layers (TVM's Table 2) on one config, measured in one run:
    speedup, and the mean over seeds of xgb's best;
 5. Table 3, on the exhaustive layers: how far xgb's best is from the optimum after 16, 32 and
    64 trials (mean and worst over seeds; target: within 3% by 64), and how many trials xgb and
-   random search need to get within 3% (each run until it does; target: xgb at most half).
+   random search need to get within 3% (each run until it does; target: xgb at most half) -
+   and within each other ``--within`` fraction of the optimum.
 
 Measurements are deterministic, so they are cached in ``--cache`` (a tuning log of every
 measured setting): a setting is simulated once across tuners, seeds and runs. Finished tuning
@@ -22,7 +23,8 @@ count as trials. At start, a few cached entries are measured again; if they diff
 compiler or simulator changed), the run stops: delete the cache. Never run as a test.
 
     python benchmarks/tuning.py [--config default] [--layers C2-C12] [--seeds 3]
-        [--trials 64] [--tuners xgb,random,ga] [--exhaustive C10,C11] [--workers 2]
+        [--trials 64] [--tuners xgb,random,ga] [--exhaustive C10,C11] [--within 0.03,0]
+        [--workers 2]
         [--out benchmarks/out/tuning.png] [--cache benchmarks/out/measurements.jsonl]
 
 Quick look: ``--layers C11,C12 --seeds 1 --trials 16 --exhaustive C11``.
@@ -153,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tuners", default="xgb,random,ga")
     ap.add_argument("--exhaustive", default="C10,C11",
                     help="layers to enumerate completely ('' for none)")
+    ap.add_argument("--within", default="0.03",
+                    help="fractions of the optimum to reach on the exhaustive layers, e.g. "
+                         "'0.03,0.01,0' (0: the optimum itself)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--out", default="benchmarks/out/tuning.png")
     ap.add_argument("--cache", default="benchmarks/out/measurements.jsonl")
@@ -162,6 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     layers = parse_layers(args.layers) or []
     exhaustive = (parse_layers(args.exhaustive) or []) if args.exhaustive else []
     tuners = [t.strip() for t in args.tuners.split(",") if t.strip()]
+    try:
+        within = [float(w) for w in args.within.split(",") if w.strip()]
+    except ValueError:
+        ap.error(f"--within: expected fractions such as 0.03,0, not {args.within!r}")
+    if any(not 0 <= w < 1 for w in within):
+        ap.error(f"--within: fractions must lie in [0, 1), not {args.within!r}")
     seeds = list(range(args.seeds))
     checkpoints = [c for c in CHECKPOINTS if c <= args.trials] or [args.trials]
     tasks = {name: make_task(resnet18_layer(name), cfg) for name in dict.fromkeys(
@@ -222,22 +233,25 @@ def main(argv: list[str] | None = None) -> int:
                 _log(f"exhaustive {name}: {min(i + 16, len(knobs_list))}/{len(knobs_list)} "
                      f"({time.perf_counter() - started:.0f} s)")
             optimum[name] = min(r.cycles for r in results if r.cycles is not None)
-        # ------------------------------------------------------------- trials to 3%
-        reach: dict[str, dict[str, list[int | None]]] = {}
+        # ------------------------------------------------------------- trials to reach
+        reach: dict[tuple[str, float], dict[str, list[int | None]]] = {}
         for name in exhaustive:
-            target = optimum[name] * (1 + WITHIN)
-            reach[name] = {}
-            for tuner in ("xgb", "random"):
-                found = []
-                for s in seeds:
-                    key = f"{run_key}|reach|{name}|{tuner}|{s}"
-                    if key not in runs:
-                        runs[key] = _trials_to_reach(tasks[name], tuner, s, target, measure,
-                                                     len(tasks[name].space))
-                        _save(runs_path, runs)
-                    found.append(runs[key])
-                reach[name][tuner] = found
-                _log(f"{name} {tuner}: trials to within 3%: {found}")
+            for w in within:
+                target = optimum[name] * (1 + w)
+                reach[name, w] = {}
+                for tuner in ("xgb", "random"):
+                    found = []
+                    for s in seeds:
+                        key = f"{run_key}|reach|{name}|{tuner}|{s}"
+                        if w != WITHIN:
+                            key += f"|within={w!r}"
+                        if key not in runs:
+                            runs[key] = _trials_to_reach(tasks[name], tuner, s, target,
+                                                         measure, len(tasks[name].space))
+                            _save(runs_path, runs)
+                        found.append(runs[key])
+                    reach[name, w][tuner] = found
+                    _log(f"{name} {tuner}: trials to within {100 * w:g}%: {found}")
         simulated, hits, failures = measure.simulated, measure.hits, measure.failures
 
     base = np.array([heuristic[n] for n in layers], dtype=np.float64)
@@ -278,8 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## Exhaustive optimum vs xgb ({len(seeds)} seed(s)); gap = best/optimum - 1")
         gaps = [c for c in (16, 32, 64) if c <= args.trials]
         print(f"{'layer':<6} {'space':>6} {'optimum':>9} {'heuristic':>10}"
-              + "".join(f"{f'gap@{c} mean/max':>18}" for c in gaps)
-              + f"{'trials to 3%: xgb':>20}{'random':>10}{'ratio':>7}")
+              + "".join(f"{f'gap@{c} mean/max':>18}" for c in gaps))
         for name in exhaustive:
             row = f"{name:<6} {len(tasks[name].space):>6} {optimum[name]:>9} {heuristic[name]:>10}"
             for c in gaps:
@@ -288,11 +301,18 @@ def main(argv: list[str] | None = None) -> int:
                     row += f"{f'{100 * g.mean():.1f}% / {100 * g.max():.1f}%':>18}"
                 else:
                     row += f"{'-':>18}"
-            x, r = reach[name]["xgb"], reach[name]["random"]
-            mx = statistics.mean(v for v in x if v is not None) if any(x) else math.nan
-            mr = statistics.mean(v for v in r if v is not None) if any(r) else math.nan
-            row += f"{f'{mx:.1f} {x}':>20}{mr:>10.1f}{mx / mr:>7.2f}"
             print(row)
+        print()
+        print("## Trials to get within a fraction of the optimum (each run until it does), per "
+              "seed; ratio = xgb mean / random mean")
+        print(f"{'layer':<6} {'within':>7} {'xgb':>22} {'random':>22} {'ratio':>6}")
+        for name in exhaustive:
+            for w in within:
+                x, r = reach[name, w]["xgb"], reach[name, w]["random"]
+                mx = statistics.mean(v for v in x if v is not None) if any(x) else math.nan
+                mr = statistics.mean(v for v in r if v is not None) if any(r) else math.nan
+                print(f"{name:<6} {f'{100 * w:g}%':>7} {f'{mx:.1f} {x}':>22} "
+                      f"{f'{mr:.1f} {r}':>22} {mx / mr:>6.2f}")
     print()
     print(f"# {simulated} settings simulated, {hits} answered by the cache, {failures} failed "
           "to build; tuner wall time "
