@@ -256,8 +256,15 @@ class LoadEngine(_Engine):
                 nxt_rows.eq(rows_in - 1),
                 nxt_seg.eq(Mux(rows_in > 1, mid_sel, tail_sel)),
             ]
-        pad_end = Signal()                # the element written now is the last of the padding
-        m.d.comb += pad_end.eq((seg_left == 1) & ((pad_rows == 0) | (nxt_seg == 0)))
+        # The element written now is the last of the padding. Only the PAD state asks, never in
+        # the setup cycle, so this reads the registered geometry alone (no path from the setup
+        # cycle's shift-and-add products to ``last``).
+        pad_end = Signal()
+        run_seg = Signal.like(nxt_seg)
+        m.d.comb += [
+            run_seg.eq(Mux(mid_q == 0, tail_q, Mux(pad_rows > 1, mid_q, tail_q))),
+            pad_end.eq((seg_left == 1) & ((pad_rows == 0) | (run_seg == 0))),
+        ]
 
         with m.If(setup):
             m.d.sync += [

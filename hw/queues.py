@@ -26,6 +26,11 @@ def token_stream() -> stream.Signature:
     return stream.Signature(0)
 
 
+def _next_level(level: Signal, up: object, down: object) -> object:
+    """``level + up - down`` with both sums formed ahead of ``up`` and ``down``."""
+    return Mux(up, level + 1, Mux(down, level - 1, level))
+
+
 def _next_at_most(level: Signal, up: object, down: object, t: int) -> object:
     """``level + up - down <= t`` (``up``, ``down`` exclusive) as three compares of ``level``
     that do not wait for ``up`` and ``down``, which only pick one."""
@@ -139,7 +144,7 @@ class CommandQueue(wiring.Component):
         # The flags read by other modules are registered, formed from the next level.
         up, down = w_fire & ~r_fire, r_fire & ~w_fire
         m.d.sync += [
-            self.level.eq(self.level + w_fire - r_fire),
+            self.level.eq(_next_level(self.level, up, down)),
             not_full.eq(_next_at_most(self.level, up, down, slots - 1)),
             self.room.eq(_next_at_most(self.level, up, down, depth)),
         ]
@@ -204,7 +209,7 @@ class TokenQueue(wiring.Component):
         # The flags are registered, formed from the next level.
         up, down = pushed & ~popped, popped & ~pushed
         m.d.sync += [
-            self.level.eq(self.level + pushed - popped),
+            self.level.eq(_next_level(self.level, up, down)),
             some.eq(_next_at_least(self.level, up, down, 1)),
             several.eq(_next_at_least(self.level, up, down, 2)),
             self.room.eq(_next_at_most(self.level, up, down, self._depth)),
