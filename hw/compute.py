@@ -34,7 +34,7 @@ from accel.isa import AluOp, MemType, Opcode
 from hw.control import DepControl
 from hw.dma import LoadEngine
 from hw.dram import dram_port
-from hw.lutmul import mul_low_lut_parts
+from hw.lutmul import mul_low_lut_parts, tree_sum
 from hw.params import RtlParams
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer
@@ -146,14 +146,10 @@ class AluLane(wiring.Component):
             mul_q.eq(self.op == int(AluOp.MUL)),
         ]
         m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
-        terms: list[object] = [lo_q[16:], *cross_q]
-        while len(terms) > 1:                           # a balanced tree, mod 2**16
-            terms = [(terms[i] + terms[i + 1])[:16] if i + 1 < len(terms) else terms[i]
-                     for i in range(0, len(terms), 2)]
-        high = terms[0]
+        high = tree_sum([lo_q[16:], *cross_q], width=16)
         product = Signal(32)
         m.d.comb += [
-            product.eq(Cat(lo_q[:16], high[:16])),
+            product.eq(Cat(lo_q[:16], high)),
             self.result.eq(Mux(mul_q, product, other_q)),
         ]
         return m
@@ -203,11 +199,8 @@ class GemmCore(wiring.Component):
                     prod = Signal(signed(16), name=f"prod_{b}_{o}_{k}")
                     m.d.sync += prod.eq(x * w)
                     prods.append(prod)
-                while len(prods) > 1:
-                    prods = [prods[i] + prods[i + 1] if i + 1 < len(prods) else prods[i]
-                             for i in range(0, len(prods), 2)]
                 dot = Signal(signed(16 + (bi - 1).bit_length()), name=f"dot_{b}_{o}")
-                m.d.sync += dot.eq(prods[0])
+                m.d.sync += dot.eq(tree_sum(prods))
                 sums.append(dot.as_signed())
         for i, dot in enumerate(sums):
             m.d.comb += self.sums.word_select(i, 32).eq(dot)
@@ -363,16 +356,16 @@ class Compute(wiring.Component):
         drain = Signal(range(max(cfg.gemm.ii + cfg.gemm.depth, cfg.alu.ii + cfg.alu.depth)))
         draining = Signal()
         # Loop counters and the bases i * factor_out, j * factor_in (registered, then current).
-        u_q, u = Signal(widths["bgn"]), Signal(widths["bgn"])
+        u_q = Signal(widths["bgn"])
         j_q, j = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
         i_q, i = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
         base_q = {k: Signal(widths[k], name=f"base_{k}_q") for k in factors}
         base = {k: Signal(widths[k], name=f"base_{k}") for k in factors}
         with m.If(first):
-            m.d.comb += [u.eq(now["bgn"]), j.eq(0), i.eq(0)]
+            m.d.comb += [j.eq(0), i.eq(0)]
             m.d.comb += [base[k].eq(0) for k in factors]
         with m.Else():
-            m.d.comb += [u.eq(u_q), j.eq(j_q), i.eq(i_q)]
+            m.d.comb += [j.eq(j_q), i.eq(i_q)]
             m.d.comb += [base[k].eq(base_q[k]) for k in factors]
         ii_now = Signal(range(max_ii + 1))
         drain_len = Signal.like(drain)

@@ -245,24 +245,26 @@ class LoadEngine(_Engine):
         with m.Else():
             m.d.comb += [mid_sel.eq(mid_q), tail_sel.eq(tail_q), x_size_sel.eq(x_size_q),
                          at.eq(pad_addr + 1), rows_in.eq(pad_rows)]
+        def seg_after(mid_len: object, tail_len: object, rows: object) -> object:
+            """Length of the segment after a jump: the tail without side padding or after
+            the last row, else the side padding between rows."""
+            return Mux((mid_len == 0) | (rows <= 1), tail_len, mid_len)
+
         nxt_addr = Signal(addr_bits)
         nxt_seg = Signal(addr_bits + 1)
         nxt_rows = Signal(size_bits)
+        m.d.comb += nxt_seg.eq(seg_after(mid_sel, tail_sel, rows_in))
         with m.If(mid_sel == 0):
-            m.d.comb += [nxt_addr.eq(row_sram), nxt_rows.eq(0), nxt_seg.eq(tail_sel)]
+            m.d.comb += [nxt_addr.eq(row_sram), nxt_rows.eq(0)]
         with m.Else():
-            m.d.comb += [
-                nxt_addr.eq(at + x_size_sel),
-                nxt_rows.eq(rows_in - 1),
-                nxt_seg.eq(Mux(rows_in > 1, mid_sel, tail_sel)),
-            ]
+            m.d.comb += [nxt_addr.eq(at + x_size_sel), nxt_rows.eq(rows_in - 1)]
         # The element written now is the last of the padding. Only the PAD state asks, never in
         # the setup cycle, so this reads the registered geometry alone (no path from the setup
         # cycle's shift-and-add products to ``last``).
         pad_end = Signal()
         run_seg = Signal.like(nxt_seg)
         m.d.comb += [
-            run_seg.eq(Mux(mid_q == 0, tail_q, Mux(pad_rows > 1, mid_q, tail_q))),
+            run_seg.eq(seg_after(mid_q, tail_q, pad_rows)),
             pad_end.eq((seg_left == 1) & ((pad_rows == 0) | (run_seg == 0))),
         ]
 

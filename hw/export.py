@@ -71,7 +71,8 @@ class PinWrapper(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        m.submodules.accel = acc = self._inner or Accelerator(self._cfg)
+        acc = self._inner if self._inner is not None else Accelerator(self._cfg)
+        m.submodules.accel = acc
         ins, outs = [], []
         for _path, member, value in acc.signature.flatten(acc):
             (ins if member.flow == wiring.In else outs).append(value)

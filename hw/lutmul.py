@@ -1,10 +1,19 @@
-"""Multiplication from AND gates and adders, for products that need not take a DSP block."""
+"""Multiplication from AND gates and adders, for products that need not take a DSP block,
+and balanced adder trees."""
 
 from __future__ import annotations
 
 from amaranth.hdl import Module, Mux, Signal
 
-__all__ = ["mul_low_lut", "mul_low_lut_parts"]
+__all__ = ["mul_low_lut", "mul_low_lut_parts", "tree_sum"]
+
+
+def tree_sum(terms: list[object], width: int | None = None) -> object:
+    """``sum(terms)`` as a balanced tree of adders (each sum cut to ``width`` bits if given)."""
+    while len(terms) > 1:
+        terms = [((terms[i] + terms[i + 1])[:width] if width else terms[i] + terms[i + 1])
+                 if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
+    return terms[0][:width] if width else terms[0]
 
 
 def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str) -> Signal:
