@@ -2,7 +2,8 @@
 
 Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
 
-    s0  read uop[u]                                  (issue; the decode cycle issues the first)
+    s-1 read uop[u] (two lanes: u and u + 1)
+    s0  uop registered out of the buffer             (issue; the decode cycle issues the first)
     s1  dst/src/wgt = uop fields + loop bases       -> registered; GEMM: read inp[src], wgt[wgt]
     s2  GEMM: operands registered                   ALU: read acc[src]
     s3  GEMM: multiply, products registered,        ALU: read acc[dst]
@@ -11,6 +12,10 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
     s5  GEMM: accumulate (acc forwarded from s6),   ALU: operation, result registered
               write acc[dst], out[dst]
     s6                                              ALU: write acc[dst], out[dst]
+
+The first micro-op of an instruction is read in the cycle before its decode, from the
+instruction then in front of the command queue (``DepControl.seen``); when that was another
+instruction, it is read in the decode cycle and issues a cycle later (``sim.costs``).
 
 MUL registers its partial products in s5 and adds them in s6 (:class:`AluLane`): one multiplier
 block per lane instead of four, and the LUT cross terms' adder tree split between the two stages.
@@ -260,6 +265,39 @@ class Compute(wiring.Component):
             "retire": Out(1),
         })
 
+    def _uop_fetch(self, m: Module, buf: SramBuffer, wr: object, addr: Signal,
+                   sel: Signal) -> Value:
+        """The micro-op at ``addr + sel`` (read in this cycle), as seen in the next one.
+
+        The read port is not transparent: a write of the same micro-op at this edge (LOAD UOP
+        writes in its last cycle, and the next instruction's first micro-op is read then) is
+        forwarded from registers instead.
+        """
+        g = buf.geom
+        hits, words = [], []
+        for c in range(2):                  # the two elements read: addr, addr + 1
+            want = Signal(g.addr_bits, name=f"uop_want{c}")
+            m.d.comb += want.eq(addr + c)
+            hit: object = 0
+            word: object = 0
+            for i in range(g.lanes):
+                lane_hit = wr.en[i] & ((wr.addr + i)[:g.addr_bits] == want)
+                hit = hit | lane_hit
+                word = Mux(lane_hit, wr.data.word_select(i, g.elem_bits), word)
+            hits.append(hit)
+            words.append(word)
+        fwd = Signal(name="uop_fwd")
+        fwd_word = Signal(g.elem_bits, name="uop_fwd_word")
+        sel_q = Signal(name="uop_sel_q")
+        m.d.sync += [
+            fwd.eq(Mux(sel, hits[1], hits[0])),
+            fwd_word.eq(Mux(sel, words[1], words[0])),
+            sel_q.eq(sel),
+        ]
+        read = Mux(sel_q, buf.r.data.word_select(1, g.elem_bits),
+                   buf.r.data.word_select(0, g.elem_bits))
+        return Mux(fwd, fwd_word, read)[:self._p.cfg.uop_bits]
+
     def elaborate(self, platform: object) -> Module:
         m = Module()
         p = self._p
@@ -268,7 +306,8 @@ class Compute(wiring.Component):
             p.insn_layout, pops=("pop_prev", "pop_next"), pushes=("push_prev", "push_next"),
             token_depth=p.token_depth)
         m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
-        m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"])
+        m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
+                                                       read_lanes=max(2, p.buffers["uop"].lanes))
         m.submodules.acc_buffer = acc_buf = SramBuffer(p.buffers["acc"])
         m.submodules.gemm_core = core = GemmCore(p)
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
@@ -348,6 +387,15 @@ class Compute(wiring.Component):
                              | (now["n_in"] == 0))
         first = Signal()
         m.d.comb += first.eq(start & is_loop & ~empty)
+        # The micro-op buffer is read a cycle ahead of each issue (see the pipeline below). The
+        # first micro-op was read in the cycle before decode, at the ``bgn`` of the instruction
+        # then in front (``ctrl.seen``): it issues in the decode cycle (``first_go``). Otherwise
+        # (the instruction arrived in an empty queue this cycle, or the one before it took a
+        # single cycle) it is read now and issues a cycle later (``first_late``; the
+        # ``sim.costs.UOP_PREFETCH_MISS_CYCLES`` of the timing simulator).
+        first_go = Signal()
+        first_late = Signal()
+        m.d.comb += [first_go.eq(first & ctrl.seen), first_late.eq(first & ~ctrl.seen)]
         m.d.comb += [cur[k].eq(Mux(first, now[k], held[k])) for k in widths]
 
         max_ii = max(cfg.gemm.ii, cfg.alu.ii)
@@ -357,6 +405,7 @@ class Compute(wiring.Component):
         draining = Signal()
         # Loop counters and the bases i * factor_out, j * factor_in (registered, then current).
         u_q = Signal(widths["bgn"])
+        u_last_q = Signal()         # u_q + 1 == end: u_q is the kernel's last micro-op
         j_q, j = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
         i_q, i = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
         base_q = {k: Signal(widths[k], name=f"base_{k}_q") for k in factors}
@@ -389,25 +438,33 @@ class Compute(wiring.Component):
         u_next = pick(nw["bgn"] + 1, u_q + 1)
         j_next = pick(1, j_q + 1)
         i_next = pick(1, i_q + 1)
-        u_wrap = pick(nw["bgn"] + 1 == nw["end"], u_q + 1 == held["end"])
+        one_now = Signal()          # a kernel of one micro-op
+        m.d.comb += one_now.eq(nw["bgn"] + 1 == nw["end"])
+        one_q = Signal()
+        with m.If(start & is_loop):
+            m.d.sync += one_q.eq(one_now)
+        u_wrap = pick(one_now, u_last_q)
+        u_last_next = pick(nw["bgn"] + 2 == nw["end"], u_q + 2 == held["end"])  # of u_next
+        one = pick(one_now, one_q)
         j_wrap = pick(nw["n_in"] == 1, j_q + 1 == held["n_in"])
         i_wrap = pick(nw["n_out"] == 1, i_q + 1 == held["n_out"])
         stepped = {k: pick(nw[k], base_q[k] + held[k]) for k in factors}   # base + factor
         issue = Signal()
-        m.d.comb += issue.eq(first | (issuing & (wait == 0)))
+        wait_zero = Signal()
+        m.d.comb += [wait_zero.eq(wait == 0), issue.eq(first_go | (issuing & wait_zero))]
         last_uop = Signal()
         m.d.comb += last_uop.eq(u_wrap & j_wrap & i_wrap)
         with m.If(issue):
             m.d.sync += wait.eq(ii_now - 1)
             with m.If(~u_wrap):
-                m.d.sync += [u_q.eq(u_next), j_q.eq(j), i_q.eq(i)]
+                m.d.sync += [u_q.eq(u_next), u_last_q.eq(u_last_next), j_q.eq(j), i_q.eq(i)]
                 m.d.sync += [base_q[k].eq(base[k]) for k in factors]
             with m.Elif(~j_wrap):
-                m.d.sync += [u_q.eq(bgn), j_q.eq(j_next), i_q.eq(i)]
+                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(j_next), i_q.eq(i)]
                 m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_in")]
                 m.d.sync += [base_q[k].eq(base[k]) for k in factors if k.endswith("_out")]
             with m.Else():
-                m.d.sync += [u_q.eq(bgn), j_q.eq(0), i_q.eq(i_next)]
+                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(0), i_q.eq(i_next)]
                 m.d.sync += [base_q[k].eq(0) for k in factors if k.endswith("_in")]
                 m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_out")]
             with m.If(last_uop):
@@ -416,6 +473,11 @@ class Compute(wiring.Component):
                 m.d.sync += issuing.eq(1)
         with m.Elif(issuing):
             m.d.sync += wait.eq(wait - 1)
+        with m.If(first_late):
+            # Issue the first micro-op in the next cycle, from the registers.
+            m.d.sync += [u_q.eq(nw["bgn"]), u_last_q.eq(one_now), j_q.eq(0), i_q.eq(0),
+                         issuing.eq(1), wait.eq(0)]
+            m.d.sync += [base_q[k].eq(0) for k in factors]
         with m.If(draining):
             with m.If(drain == 0):
                 m.d.comb += seq_last.eq(1)
@@ -426,9 +488,25 @@ class Compute(wiring.Component):
             m.d.comb += seq_last.eq(1)
 
         # ---------------------------------------------------------------- pipeline
-        # The micro-op address: the instruction's first micro-op whenever the sequencer is not
-        # running (read for nothing unless ``first``), so it does not wait for ``first``.
-        m.d.comb += uop_buf.r.addr.eq(Mux(issuing, u_q, nw["bgn"]))
+        # Micro-op fetch, a cycle ahead of the issue: the buffer is read in the cycle before,
+        # and the micro-op registered out of it in the issue cycle, so stage 1's index adders
+        # start from flip-flops rather than from a block RAM's output. A read returns two
+        # consecutive micro-ops, ``addr`` and ``addr + 1``, so the address is formed from
+        # registers only and the late ``first`` only picks the lane (``sel``):
+        # - not running: the ``bgn`` of the instruction in front (lane 0), for its decode
+        #   cycle; in the decode cycle itself the same read serves the second micro-op
+        #   (lane 1, or lane 0 when the kernel is one micro-op long);
+        # - running: the next micro-op is ``u_q`` (waiting) or follows ``u_q`` (issuing:
+        #   lane 1 of ``u_q``, or ``bgn`` once the kernel wraps).
+        uop_addr = Signal(p.buffers["uop"].addr_bits)
+        sel = Signal()
+        m.d.comb += [
+            uop_addr.eq(Mux(issuing, Mux(wait_zero & u_last_q, held["bgn"], u_q), nw["bgn"])),
+            uop_buf.r.addr.eq(uop_addr),
+            sel.eq(Mux(first_go, ~one_now, issuing & wait_zero & ~u_last_q)),
+        ]
+        uop = Signal(p.uop_layout)
+        m.d.sync += uop.eq(self._uop_fetch(m, uop_buf, eng.wr_uop, uop_addr, sel))
         v1, v2, v3, v4, v5 = (Signal(name=f"v{s}") for s in range(1, 6))
         b1 = {k: Signal(acc_bits if k == "dst" else src_bits if k == "src" else wgt_bits,
                         name=f"b1_{k}") for k in ("dst", "src", "wgt")}
@@ -438,8 +516,6 @@ class Compute(wiring.Component):
             b1["src"].eq(Mux(first, 0, base_q["src_out"] + base_q["src_in"])),
             b1["wgt"].eq(Mux(first, 0, base_q["wgt_out"] + base_q["wgt_in"])),
         ]
-        uop = Signal(p.uop_layout)
-        m.d.comb += uop.eq(uop_buf.r.data[:cfg.uop_bits])
         dst2 = Signal(acc_bits)
         src2 = Signal(src_bits)
         wgt2 = Signal(wgt_bits)

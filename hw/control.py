@@ -56,6 +56,10 @@ class DepControl(wiring.Component):
         The instruction that starts when ``start`` is high (valid in that cycle only).
     start : Out
         This is the decode cycle of ``insn``.
+    seen : Out
+        ``insn`` is the instruction that was in front in the previous cycle (held, or at the
+        queue's head) and did not start then; so a reader can look at the instruction a cycle
+        before its decode (the compute module prefetches its first micro-op).
     last : In
         From the engine: this is the last cycle of ``insn`` (may coincide with ``start``).
     <pop> : In(token stream)
@@ -84,6 +88,7 @@ class DepControl(wiring.Component):
             "cmd": In(stream.Signature(insn_layout)),
             "insn": Out(insn_layout),
             "start": Out(1),
+            "seen": Out(1),
             "last": In(1),
         }
         for name in self._pops:
@@ -162,6 +167,9 @@ class DepControl(wiring.Component):
             m.d.sync += need[name].eq(fire[f"{name}:want"] & ~fire[name])
         with m.If(self.start):
             m.d.sync += has_insn.eq(0)
+        # The held instruction stays; the queue's head changes only when it is taken (then it
+        # is held) or when the queue was empty.
+        m.d.sync += self.seen.eq((has_insn | self.cmd.valid) & ~self.start)
         m.d.sync += executing.eq(Mux(self.start, ~self.last, executing & ~self.last))
 
         running = Signal(self._layout)       # the instruction after its start cycle

@@ -27,7 +27,8 @@ __all__ = [
 ]
 
 WRITEBACK_STAGE = {"gemm": 5, "alu": 6}
-"""Pipeline stage (cycles after the micro-op read) in which GEMM / ALU results are written."""
+"""Pipeline stage (cycles after the micro-op issues) in which GEMM / ALU results are
+written."""
 
 
 def _log2(n: int) -> int:
@@ -157,9 +158,9 @@ def check_rtl_config(cfg: HwConfig) -> None:
     Raises
     ------
     ValueError
-        ``gemm.depth`` or ``alu.depth`` shorter than the pipeline (micro-op read, index add,
+        ``gemm.depth`` or ``alu.depth`` shorter than the pipeline (micro-op issue, index add,
         buffer read, multiply, adder tree, accumulate: results are written
-        :data:`WRITEBACK_STAGE` cycles after the micro-op read, so ``depth >= 5 - ii``);
+        :data:`WRITEBACK_STAGE` cycles after the micro-op issues, so ``depth >= 5 - ii``);
         ``alu.ii`` below 2 (the ALU reads the acc buffer twice per micro-op through one port);
         ``dram.latency`` of 0 (the DRAM port is registered: data comes at least one cycle after
         the request).
@@ -170,7 +171,7 @@ def check_rtl_config(cfg: HwConfig) -> None:
         if p.depth < need:
             raise ValueError(
                 f"{unit}.depth must be at least {need} cycles for ii={p.ii} (results are "
-                f"written {WRITEBACK_STAGE[unit]} cycles after the micro-op read), "
+                f"written {WRITEBACK_STAGE[unit]} cycles after the micro-op issues), "
                 f"not {p.depth}"
             )
     if cfg.alu.ii < 2:

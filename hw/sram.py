@@ -9,7 +9,7 @@ buffer by element index and carry ``lanes`` elements, lane ``i`` being element `
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -55,23 +55,26 @@ class BufferRead(wiring.Signature):
     addr : Out
         Element index of lane 0; sampled at the clock edge.
     data : In
-        The ``lanes`` elements at the address of the previous cycle (zero-extended when the
-        buffer keeps fewer bits than an element). Whether a write at the same edge is visible
-        depends on the buffer (``SramBuffer(transparent=...)``).
+        The ``lanes`` elements ``addr``, ``addr + 1``, ... at the address of the previous cycle
+        (zero-extended when the buffer keeps fewer bits than an element); ``lanes`` is the
+        geometry's unless given. Whether a write at the same edge is visible depends on the
+        buffer (``SramBuffer(transparent=...)``).
     """
 
-    def __init__(self, geom: BufferGeometry) -> None:
+    def __init__(self, geom: BufferGeometry, lanes: int | None = None) -> None:
         self.geom = geom
+        self.lanes = geom.lanes if lanes is None else lanes
         super().__init__({
             "addr": Out(geom.addr_bits),
-            "data": In(geom.lanes * geom.elem_bits),
+            "data": In(self.lanes * geom.elem_bits),
         })
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, BufferRead) and other.geom == self.geom
+        return (isinstance(other, BufferRead) and other.geom == self.geom
+                and other.lanes == self.lanes)
 
     def __hash__(self) -> int:
-        return hash(("BufferRead", self.geom))
+        return hash(("BufferRead", self.geom, self.lanes))
 
 
 class SramBuffer(wiring.Component):
@@ -88,7 +91,11 @@ class SramBuffer(wiring.Component):
         (ECP5's DP16KD then runs without its output register, 5.8 ns clock-to-out, and the
         depth mux follows it). A non-transparent port registers the data instead, so the
         reader's register stays a fabric flip-flop after the mux: the GEMM operand buffers
-        (whose reads and writes tokens keep apart) use it.
+        (whose reads and writes tokens keep apart) and the micro-op buffer (whose reader
+        forwards a write itself) use it.
+    read_lanes
+        Consecutive elements a read returns (a power of two; default: the write lanes). The
+        buffer has ``max(lanes, read_lanes)`` banks.
 
     Ports
     -----
@@ -98,15 +105,22 @@ class SramBuffer(wiring.Component):
         Read port (the reader drives ``addr``, receives ``data``).
     """
 
-    def __init__(self, geom: BufferGeometry, transparent: bool = True) -> None:
-        if geom.depth % geom.lanes:
+    def __init__(self, geom: BufferGeometry, transparent: bool = True,
+                 read_lanes: int | None = None) -> None:
+        read_lanes = geom.lanes if read_lanes is None else read_lanes
+        if read_lanes < 1 or read_lanes & (read_lanes - 1):
+            raise ValueError(f"read_lanes must be a power of two, not {read_lanes}")
+        banks = max(geom.lanes, read_lanes)
+        if geom.depth % banks:
             raise ValueError(
                 f"{geom.name} buffer depth {geom.depth} is not a multiple of its "
-                f"{geom.lanes} lanes"
+                f"{banks} lanes"
             )
         self._geom = geom
         self._transparent = transparent
-        super().__init__({"w": In(BufferWrite(geom)), "r": In(BufferRead(geom))})
+        self._banks = banks
+        super().__init__({"w": In(BufferWrite(geom)),
+                          "r": In(BufferRead(geom, read_lanes))})
 
     @property
     def geom(self) -> BufferGeometry:
@@ -115,7 +129,7 @@ class SramBuffer(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         g = self._geom
-        k = g.lanes
+        k = self._banks
         lane_bits = (k - 1).bit_length()
         rows = g.depth // k
         banks = []
@@ -126,7 +140,11 @@ class SramBuffer(wiring.Component):
             rp = mem.read_port(transparent_for=(wp,) if self._transparent else ())
             banks.append((wp, rp))
 
-        w_lanes = [self.w.data[i * g.elem_bits:(i + 1) * g.elem_bits] for i in range(k)]
+        # Write lanes beyond the port's (when reads return more elements than a beat writes)
+        # never write.
+        w_lanes = [self.w.data[i * g.elem_bits:(i + 1) * g.elem_bits] for i in range(g.lanes)]
+        w_lanes += [Const(0, g.elem_bits)] * (k - g.lanes)
+        w_en = [self.w.en[i] for i in range(g.lanes)] + [Const(0)] * (k - g.lanes)
         if k == 1:
             wp, rp = banks[0]
             m.d.comb += [
@@ -146,7 +164,7 @@ class SramBuffer(wiring.Component):
         r_lo_q = Signal(lane_bits)
         m.d.sync += r_lo_q.eq(r_lo)
         data_arr = Array(w_lanes)
-        en_arr = Array(self.w.en[i] for i in range(k))
+        en_arr = Array(w_en)
         for b, (wp, rp) in enumerate(banks):
             lane = Signal(lane_bits, name=f"w_lane{b}")
             m.d.comb += [
@@ -159,7 +177,7 @@ class SramBuffer(wiring.Component):
             ]
         bank_data = Array(rp.data for _, rp in banks)
         outs = []
-        for i in range(k):
+        for i in range(self.r.signature.lanes):
             sel = Signal(lane_bits, name=f"r_sel{i}")
             m.d.comb += sel.eq(r_lo_q + i)
             lane_out = Signal(g.elem_bits, name=f"r_lane{i}")

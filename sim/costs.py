@@ -35,6 +35,14 @@ GEMM and ALU: one decode cycle, one micro-op every ``ii`` cycles, then the pipel
 
 where ``n_uops = iter_out * iter_in * (uop_end - uop_bgn)``; an empty loop costs only the
 decode cycle. FINISH costs the decode cycle.
+
+The compute module reads each micro-op a cycle before it issues it, the first one in the cycle
+before the decode, at the ``uop_bgn`` of the instruction then in front of the command queue.
+A GEMM or ALU instruction with micro-ops that was not in front then - it arrived in an empty
+queue in its decode cycle, or the compute instruction before it was decoded in the cycle
+before (a single-cycle one) - issues its first micro-op a cycle late::
+
+    + UOP_PREFETCH_MISS_CYCLES      (= 1, on such an instruction)
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from accel.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn
 __all__ = [
     "DECODE_CYCLES",
     "QUEUE_FULL_RESUME_CYCLES",
+    "UOP_PREFETCH_MISS_CYCLES",
     "alu_cycles",
     "dram_cycles",
     "fetch_batch_size",
@@ -62,6 +71,10 @@ DECODE_CYCLES = 1
 
 QUEUE_FULL_RESUME_CYCLES = 1
 """Cycles after the consumer's take before a producer blocked on a full queue goes on."""
+
+UOP_PREFETCH_MISS_CYCLES = 1
+"""Extra cycles of a GEMM/ALU instruction whose first micro-op was not read ahead of its decode
+(it was not in front of the compute command queue in the cycle before)."""
 
 
 def dram_cycles(nbytes: int, cfg: HwConfig) -> int:

@@ -12,6 +12,7 @@ synchronised program.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -135,16 +136,28 @@ class Queue(simpy.Store):
         super().__init__(env, capacity)
         self._env = env
         self._taken = (-1, 0)
+        self._arrivals: deque[float] = deque()
+        self.arrived = -1.0
+        """When the entry last handed to a getter entered the queue."""
 
     def taken_at(self, now: float) -> int:
         """Entries taken at time ``now``."""
         time, count = self._taken
         return count if time == now else 0
 
+    def _do_put(self, event: simpy.resources.store.StorePut) -> bool | None:
+        if len(self.items) < self.capacity:
+            self._arrivals.append(self._env.now)
+        return super()._do_put(event)
+
     def _do_get(self, event: simpy.resources.store.StoreGet) -> bool | None:
         if self.items:
             now = self._env.now
             self._taken = (now, self.taken_at(now) + 1)
+            # Arrival times belong to the newest entries (an entry placed in ``items``
+            # directly has none).
+            known = len(self._arrivals) >= len(self.items)
+            self.arrived = self._arrivals.popleft() if known else -1.0
         return super()._do_get(event)
 
 
@@ -245,6 +258,18 @@ class ComputeModule(_Unit):
 
     def __init__(self, sim: TimingSimulator) -> None:
         super().__init__(sim, Module.COMPUTE)
+        self.last_start = -2.0
+
+    def execute(self, index: int, insn: Insn) -> Process:
+        start = self.env.now
+        arrived = self.cmd_queue.arrived
+        previous, self.last_start = self.last_start, start
+        if (isinstance(insn, (GemmInsn, AluInsn)) and insn.n_uops
+                and (arrived == start or previous == start - 1)):
+            # The first micro-op was not read ahead of the decode (``costs``).
+            self.stats.busy += costs.UOP_PREFETCH_MISS_CYCLES
+            yield self.env.timeout(costs.UOP_PREFETCH_MISS_CYCLES)
+        yield from super().execute(index, insn)
 
 
 class StoreModule(_Unit):

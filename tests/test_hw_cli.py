@@ -69,7 +69,7 @@ def test_verilog_command_bad_config(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert cli(["verilog", "--config", str(bad), "-o", str(tmp_path / "x.v")]) == 2
     err = capsys.readouterr().err
     assert err == (f"accel: error: {bad}: gemm.depth must be at least 4 cycles for ii=1 "
-                   "(results are written 5 cycles after the micro-op read), not 2\n")
+                   "(results are written 5 cycles after the micro-op issues), not 2\n")
     assert not (tmp_path / "x.v").exists()
 
 

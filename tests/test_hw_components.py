@@ -21,7 +21,7 @@ from hw.control import DepControl
 from hw.dram import REQUESTERS, DramArbiter, DramPort
 from hw.export import PinWrapper
 from hw.lutmul import mul_low_lut
-from hw.params import RtlParams, check_rtl_config, format_layout
+from hw.params import BufferGeometry, RtlParams, check_rtl_config, format_layout
 from hw.queues import CommandQueue, TokenQueue
 from hw.sram import SramBuffer
 from hw.top import Accelerator
@@ -105,11 +105,11 @@ def test_arbiter_and_dram_port_signatures() -> None:
 def test_rtl_config_checks(tiny: HwConfig) -> None:
     with pytest.raises(ValueError, match=re.escape(
             "gemm.depth must be at least 4 cycles for ii=1 (results are written 5 cycles "
-            "after the micro-op read), not 3")):
+            "after the micro-op issues), not 3")):
         check_rtl_config(tiny.replace(**{"gemm.depth": 3}))
     with pytest.raises(ValueError, match=re.escape(
             "alu.depth must be at least 4 cycles for ii=2 (results are written 6 cycles "
-            "after the micro-op read), not 3")):
+            "after the micro-op issues), not 3")):
         check_rtl_config(tiny.replace(**{"alu.depth": 3}))
     with pytest.raises(ValueError, match=re.escape(
             "alu.ii must be at least 2 (two acc reads per micro-op through one port), not 1")):
@@ -132,6 +132,8 @@ def test_component_parameter_errors(tiny: HwConfig) -> None:
     with pytest.raises(ValueError, match=re.escape(
             "pops must be a subset of ('pop_prev', 'pop_next'), not ('pop',)")):
         DepControl(p.insn_layout, pops=("pop",), pushes=(), token_depth=4)
+    with pytest.raises(ValueError, match=exact("read_lanes must be a power of two, not 3")):
+        SramBuffer(p.buffers["uop"], read_lanes=3)
 
 
 # ---------------------------------------------------------------------- behaviour
@@ -175,6 +177,40 @@ def test_sram_buffer_banked_writes_and_reads(tiny: HwConfig, transparent: bool) 
     collisions = [0]
     run_bench(dut, bench)
     assert collisions[0] > 20                  # the two port kinds were told apart
+
+
+def test_sram_buffer_reads_more_lanes_than_it_writes() -> None:
+    """One element written per beat, two consecutive elements per read (the micro-op buffer
+    of a 32-bit DRAM bus): two banks, reads wrap around the end of the buffer."""
+    g = BufferGeometry(name="uop", elem_bits=32, store_bits=24, depth=64, lanes=1,
+                       beats_per_elem=1)
+    dut = SramBuffer(g, transparent=False, read_lanes=2)
+    assert dut.r.signature.lanes == 2 and len(dut.r.data) == 64 and len(dut.w.en) == 1
+    rng = np.random.default_rng(8)
+    model = np.zeros(g.depth, dtype=np.uint64)
+    reads = [0]
+
+    async def bench(ctx: object) -> None:
+        for step in range(300):
+            addr = int(rng.integers(0, g.depth))
+            en = int(step < 100 or rng.random() < 0.3)
+            word = int(rng.integers(0, 2**24))
+            raddr = int(rng.integers(0, g.depth))
+            ctx.set(dut.w.addr, addr)
+            ctx.set(dut.w.en, en)
+            ctx.set(dut.w.data, word)
+            ctx.set(dut.r.addr, raddr)
+            old = model.copy()
+            await ctx.tick()
+            if en:
+                model[addr] = word
+            got = ctx.get(dut.r.data)
+            assert got & 0xFFFFFFFF == old[raddr]
+            assert got >> 32 == old[(raddr + 1) % g.depth]
+            reads[0] += raddr == g.depth - 1
+
+    run_bench(dut, bench)
+    assert model.any() and reads[0] > 0          # written, and read across the wrap
 
 
 class _Scrambler(wiring.Component):

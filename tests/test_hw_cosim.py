@@ -26,11 +26,12 @@ from accel import load_config, run_program
 from accel.builder import ProgramBuilder
 from accel.config import HwConfig
 from accel.dram import Dram
-from accel.isa import AluOp, MemType
+from accel.isa import AluOp, GemmInsn, MemType
 from accel.program import Program, ProgramError
 from hw import amaranth_engine
 from hw.backend import prepare_image, run_rtl
 from hw.randprog import numpy_pick, random_program
+from sim import costs
 
 needs_verilator = pytest.mark.skipif(shutil.which("verilator") is None,
                                      reason="verilator is not installed")
@@ -234,6 +235,62 @@ def test_gemm_accumulates_what_the_previous_micro_ops_wrote(tiny: HwConfig,
     b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True, push_prev=True)
     b.finish(pop_next=True)
     cosim(*b.build())
+
+
+def compute_slices(program: Program, dram: Dram) -> list[tuple[str, int, int]]:
+    """The timing simulator's compute instructions: (name, start, cycles)."""
+    stats = run_program(program, dram.copy(), backend="sim").stats
+    return [(s.name, s.start, s.end - s.start) for s in stats.timeline
+            if s.module == "compute"]
+
+
+@pytest.mark.parametrize("ii", [1, 2])
+def test_first_micro_op_read_ahead_of_decode(tiny: HwConfig, ii: int) -> None:
+    """The first micro-op of a GEMM is read in the cycle before its decode. A GEMM decoded
+    right after LOAD UOP gets the micro-ops that load wrote in its last cycle (forwarded, in
+    either lane of the last beat); one decoded right after a single-cycle instruction, or as
+    it arrives in an empty queue, was not in front a cycle earlier and takes one cycle more
+    (``sim.costs.UOP_PREFETCH_MISS_CYCLES``), in the RTL as in the simulator."""
+    cfg = tiny.replace(**{"gemm.ii": ii, "gemm.depth": 4})
+    one = costs.gemm_cycles(GemmInsn(uop_bgn=0, uop_end=1), cfg)
+    # Arrives in an empty queue and decodes at once: the uop buffer's zeros, one cycle late.
+    b = ProgramBuilder(cfg)
+    b.gemm(uop_bgn=0, uop_end=1)
+    b.finish()
+    program, dram = b.build()
+    name, _, n = compute_slices(program, dram)[0]
+    assert name.startswith("GEMM") and n == one + costs.UOP_PREFETCH_MISS_CYCLES
+    cosim(program, dram)
+
+    b = ProgramBuilder(cfg)
+    ia, wa, oa = gemm_tensors(b, 5, inp=8, wgt=2, out=8)
+    b.uops([(i, i, i % 2) for i in range(8)])
+    b.load(MemType.INP, sram_base=0, dram_base=ia, x_size=8, x_stride=8)
+    b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=2, x_stride=2, push_next=True)
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=8, x_stride=8,
+           pop_prev=True)
+    # Micro-ops 6 and 7 come in the LOAD UOP's last beat: the first (6, or 7 at ii 2) is
+    # read as they are written. (A reset would not show a stale micro-op: acc starts at 0.)
+    b.gemm(uop_bgn=5 + ii, uop_end=8)
+    b.gemm(uop_bgn=7, uop_end=8, iter_out=2, iter_in=2, dst_factor_out=1)
+    b.gemm(uop_bgn=0, uop_end=0)                    # one cycle ...
+    b.gemm(uop_bgn=0, uop_end=6, reset=True)        # ... then a miss
+    b.gemm(uop_bgn=0, uop_end=0)
+    b.gemm(uop_bgn=3, uop_end=4, iter_out=3, wgt_factor_out=1, push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=8, x_stride=8, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    program, dram = b.build()
+    slices = compute_slices(program, dram)
+    names = [" ".join(name.split()[:2 if name.startswith("LOAD") else 1])
+             for name, _, _ in slices]
+    assert names[:7] == ["LOAD UOP", "GEMM", "GEMM", "GEMM", "GEMM", "GEMM", "GEMM"]
+    ends = [start + n for _, start, n in slices]
+    assert [start for _, start, _ in slices[1:7]] == ends[:6]          # back to back
+    cycles = [n for _, _, n in slices[1:7]]
+    insns = [i for i in program.insns if isinstance(i, GemmInsn)]
+    plain = [costs.gemm_cycles(i, cfg) for i in insns]
+    assert cycles == [plain[0], plain[1], 1, plain[3] + 1, 1, plain[5] + 1]
+    cosim(program, dram)
 
 
 def test_token_queue_back_pressure(cfg: HwConfig) -> None:
