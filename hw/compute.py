@@ -9,9 +9,11 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
     s3  GEMM: multiply, products registered,        ALU: read acc[dst]
               read acc[dst]
     s4  GEMM: adder tree and acc[dst] registered    ALU: operands (forwarded) registered
-    s5  GEMM: accumulate (acc forwarded from s6),   ALU: operation, result registered
-              write acc[dst], out[dst]
-    s6                                              ALU: write acc[dst], out[dst]
+    s5  GEMM: accumulate (acc forwarded from s6,    ALU: operation, result registered
+              s7), result registered
+    s6  GEMM: write acc[dst], out[dst]              ALU: (MUL: partial sums added), result
+                                                         registered
+    s7                                              ALU: write acc[dst], out[dst]
 
 The first micro-op of an instruction is read in the cycle before its decode, from the
 instruction then in front of the command queue (``DepControl.seen``); when that was another
@@ -20,13 +22,15 @@ instruction, it is read in the decode cycle and issues a cycle later (``sim.cost
 MUL registers its partial products in s5 and adds them in s6 (:class:`AluLane`): one multiplier
 block per lane instead of four, and the LUT cross terms' adder tree split between the two stages.
 
-The GEMM reads ``acc[dst]`` two cycles before writing it: the read port's transparency hands a
-micro-op the result of the one two ahead, and the result of the one just ahead is forwarded, so
-no read-after-write hazard exists at one micro-op per cycle. The ALU reads twice through the
-same port, hence ``alu.ii >= 2``; an operand read before the previous micro-op wrote it is
-forwarded from that one's result. An instruction of ``n`` micro-ops takes ``1 + n * ii + depth``
-cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii`` cycles after decode,
-written 5 (GEMM) or 6 (ALU) cycles later, and the module waits out the rest of the drain.
+The GEMM reads ``acc[dst]`` three cycles before writing it: the read port's transparency hands
+a micro-op the result of the one three ahead, and the results of the two just ahead are
+forwarded, so no read-after-write hazard exists at one micro-op per cycle. The ALU reads twice
+through the same port, hence ``alu.ii >= 2``; an operand read before a micro-op ahead wrote it
+is forwarded from that one's result. An instruction of ``n`` micro-ops takes
+``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii``
+cycles after decode, its result is formed 5 (GEMM) or 6 (ALU) cycles later
+(:data:`hw.params.WRITEBACK_STAGE`) and written in the next cycle, and the module waits out
+the rest of the drain.
 """
 
 from __future__ import annotations
@@ -558,31 +562,45 @@ class Compute(wiring.Component):
             m.d.comb += acc_buf.r.addr.eq(dst3)
         acc_data = acc_buf.r.data[:cfg.acc_tile_bytes * 8]
         lanes = cfg.batch * cfg.block_out
+        # Results are registered on their way to the buffers (``wdata``): the acc and out RAMs
+        # are spread over the chip, so the write lands a cycle after the result is formed (GEMM
+        # at the end of s6, ALU of s7). The last micro-op's write then lands in the cycle after
+        # the instruction's last one, before anything can read it: the next compute
+        # instruction reads acc three cycles after its decode at the earliest, and STORE reads
+        # out after its own decode cycle.
+        width = cfg.acc_tile_bytes * 8
+        lanes = cfg.batch * cfg.block_out
+        v6, v7, v8 = Signal(name="v6"), Signal(name="v7"), Signal(name="v8")
+        dst6, dst7, dst8 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7, 8))
+        wdata = Signal(width)       # the result of one cycle ago: GEMM's in s6, ALU's in s7
+        wdata2 = Signal(width)      # two cycles ago
+        m.d.sync += [v6.eq(v5), v7.eq(v6), v8.eq(v7), dst6.eq(dst5), dst7.eq(dst6),
+                     dst8.eq(dst7), wdata2.eq(wdata)]
+
         # GEMM: acc[dst] arrives in s4 and is registered, so that the accumulate in s5 starts
         # from flip-flops rather than from a block-RAM output. The read (at the end of s3)
-        # sees the write of the micro-op two ahead (same edge, transparent port) but not the
-        # one just ahead, written at the end of s4: that one's result is forwarded.
-        gemm_acc5 = Signal(cfg.acc_tile_bytes * 8)
-        gemm_hit5 = Signal()
-        gemm_res6 = Signal(cfg.acc_tile_bytes * 8)
-        m.d.sync += [gemm_acc5.eq(acc_data), gemm_hit5.eq(v5 & (dst5 == dst4))]
+        # sees the write of the micro-op three ahead (same edge, transparent port) but not
+        # those one and two ahead, written at the end of s4 and s5: their results (in s6 and
+        # s7 when this one accumulates) are forwarded.
+        gemm_acc5 = Signal(width)
+        gemm_hit6 = Signal()
+        gemm_hit7 = Signal()
+        m.d.sync += [gemm_acc5.eq(acc_data), gemm_hit6.eq(v5 & (dst5 == dst4)),
+                     gemm_hit7.eq(v6 & (dst6 == dst4))]
 
         # ALU: source operand read in s2, destination in s3; in s4 both are taken from the
-        # micro-op in s6 (writing now) or s7 (written at the last edge) when that one writes
-        # what they read and the read came too early to see it; the operation runs in s5.
-        width = cfg.acc_tile_bytes * 8
-        v6, v7 = Signal(name="v6"), Signal(name="v7")
-        dst6, dst7 = Signal(acc_bits, name="dst6"), Signal(acc_bits, name="dst7")
+        # micro-op in s6 (forming its result now), s7 or s8 (results in ``wdata``, ``wdata2``)
+        # when that one writes what they read and the read came too early to see it (one in
+        # s5 is impossible at ``alu.ii >= 2``); the operation runs in s5 (MUL: s5 and s6).
         src4 = Signal(acc_bits)
         src_data4 = Signal(width)
-        a5, b5, res6, res7 = (Signal(width, name=n) for n in ("a5", "b5", "res6", "res7"))
-        m.d.sync += [
-            v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6), res7.eq(res6),
-            src4.eq(src3[:acc_bits]), src_data4.eq(acc_data),
-        ]
+        a5, b5, res6 = (Signal(width, name=n) for n in ("a5", "b5", "res6"))
+        m.d.sync += [src4.eq(src3[:acc_bits]), src_data4.eq(acc_data)]
 
         def forwarded(index: Signal, read: object) -> object:
-            return Mux(v6 & (dst6 == index), res6, Mux(v7 & (dst7 == index), res7, read))
+            return Mux(v6 & (dst6 == index), res6,
+                       Mux(v7 & (dst7 == index), wdata,
+                           Mux(v8 & (dst8 == index), wdata2, read)))
 
         m.d.sync += [
             a5.eq(forwarded(dst4, acc_data)),
@@ -598,7 +616,7 @@ class Compute(wiring.Component):
                 res6.word_select(lane, 32).eq(alu.result),
             ]
 
-        # Write-back: GEMM in s5, ALU in s6.
+        # Results: GEMM in s5, ALU in s6; registered with their destination, then written.
         result = Signal(width)
         wb_valid = Signal()
         wb_dst = Signal(acc_bits)
@@ -606,14 +624,18 @@ class Compute(wiring.Component):
             m.d.comb += [result.eq(res6), wb_valid.eq(v6), wb_dst.eq(dst6)]
         with m.Else():
             m.d.comb += [wb_valid.eq(v5), wb_dst.eq(dst5)]
-            gemm_acc = Signal(cfg.acc_tile_bytes * 8)
-            m.d.comb += gemm_acc.eq(Mux(gemm_hit5, gemm_res6, gemm_acc5))
+            gemm_acc = Signal(width)
+            m.d.comb += gemm_acc.eq(Mux(gemm_hit6, wdata, Mux(gemm_hit7, wdata2, gemm_acc5)))
             with m.If(~reset_q):
                 for lane in range(lanes):
                     m.d.comb += result.word_select(lane, 32).eq(
                         gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
-        m.d.sync += gemm_res6.eq(result)
-        out_tile = Cat(*(result.word_select(lane, 32)[:8] for lane in range(lanes)))
+        w_valid = Signal()
+        w_dst = Signal(acc_bits)
+        m.d.sync += [wdata.eq(result), w_valid.eq(wb_valid), w_dst.eq(wb_dst)]
+        out_tile = Cat(*(wdata.word_select(lane, 32)[:8] for lane in range(lanes)))
+        # LOAD ACC writes from its first data beat on, at least two cycles after its decode,
+        # so never together with the previous instruction's last write.
         with m.If(eng.wr_acc.en != 0):
             m.d.comb += [
                 acc_buf.w.addr.eq(eng.wr_acc.addr),
@@ -622,13 +644,13 @@ class Compute(wiring.Component):
             ]
         with m.Else():
             m.d.comb += [
-                acc_buf.w.addr.eq(wb_dst),
-                acc_buf.w.en.eq(wb_valid),
-                acc_buf.w.data.eq(result),
+                acc_buf.w.addr.eq(w_dst),
+                acc_buf.w.en.eq(w_valid),
+                acc_buf.w.data.eq(wdata),
             ]
         m.d.comb += [
-            self.wr_out.addr.eq(wb_dst),
-            self.wr_out.en.eq(wb_valid),
+            self.wr_out.addr.eq(w_dst),
+            self.wr_out.en.eq(w_valid),
             self.wr_out.data.eq(out_tile),
         ]
         return m

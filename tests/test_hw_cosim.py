@@ -195,8 +195,9 @@ def test_alu_operations(tiny: HwConfig, op: AluOp) -> None:
 @pytest.mark.parametrize("alu", [(2, 4), (3, 3), (4, 2)])
 def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
                                                     alu: tuple[int, int]) -> None:
-    """acc[i + 1] = acc[i + 1] + acc[i] in order (a prefix sum), and the same destination
-    updated by back-to-back micro-ops: operands must be forwarded at every ALU ii."""
+    """acc[i + 1] = acc[i + 1] + acc[i] in order (a prefix sum), operands written two
+    micro-ops ahead, and the same destination updated by back-to-back micro-ops: operands
+    must be forwarded at every ALU ii."""
     cfg = tiny.replace(**{"alu.ii": alu[0], "alu.depth": alu[1]})
     rng = np.random.default_rng(9)
     b = ProgramBuilder(cfg)
@@ -204,9 +205,12 @@ def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
     oa = b.buffer("out", 16 * 4, 4)
     chain = b.uops([(i + 1, i, 0) for i in range(8)])
     same = b.uops([(12, 3, 0), (12, 12, 0), (12, 4, 0)])
-    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=11, x_stride=11)
+    skip = b.uops([(13, 1, 0), (14, 2, 0), (15, 13, 0), (9, 14, 0)])    # two ahead
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=15, x_stride=15)
     b.load(MemType.ACC, sram_base=0, dram_base=aa, x_size=16, x_stride=16)
     b.alu(AluOp.ADD, uop_bgn=chain[0], uop_end=chain[1])
+    b.alu(AluOp.SHR, uop_bgn=skip[0], uop_end=skip[1], iter_out=2, use_imm=True, imm=-1)
+    b.alu(AluOp.ADD, uop_bgn=skip[0], uop_end=skip[1], iter_out=2)
     b.alu(AluOp.MUL, uop_bgn=same[0], uop_end=same[1], iter_out=2)
     b.alu(AluOp.MAX, uop_bgn=same[0], uop_end=same[1], use_imm=True, imm=5, push_next=True)
     b.store(sram_base=0, dram_base=oa, x_size=16, x_stride=16, pop_prev=True, push_prev=True)
