@@ -634,19 +634,22 @@ class Compute(wiring.Component):
         w_dst = Signal(acc_bits)
         m.d.sync += [wdata.eq(result), w_valid.eq(wb_valid), w_dst.eq(wb_dst)]
         out_tile = Cat(*(wdata.word_select(lane, 32)[:8] for lane in range(lanes)))
-        # LOAD ACC writes from its first data beat on, at least two cycles after its decode,
-        # so never together with the previous instruction's last write.
+        # The acc write port is registered, LOAD ACC's writes included (its engine's data and
+        # enable come through a few gates from its state): they too land a cycle later, still
+        # before the next compute instruction can read acc. LOAD ACC writes from its first
+        # data beat on, at least two cycles after its decode, so never together with the
+        # previous instruction's last write.
         with m.If(eng.wr_acc.en != 0):
-            m.d.comb += [
+            m.d.sync += [
                 acc_buf.w.addr.eq(eng.wr_acc.addr),
                 acc_buf.w.en.eq(eng.wr_acc.en),
                 acc_buf.w.data.eq(eng.wr_acc.data),
             ]
         with m.Else():
-            m.d.comb += [
-                acc_buf.w.addr.eq(w_dst),
-                acc_buf.w.en.eq(w_valid),
-                acc_buf.w.data.eq(wdata),
+            m.d.sync += [
+                acc_buf.w.addr.eq(wb_dst),
+                acc_buf.w.en.eq(wb_valid),
+                acc_buf.w.data.eq(result),
             ]
         m.d.comb += [
             self.wr_out.addr.eq(w_dst),
