@@ -566,8 +566,8 @@ class Compute(wiring.Component):
         # are spread over the chip, so the write lands a cycle after the result is formed (GEMM
         # at the end of s6, ALU of s7). The last micro-op's write then lands in the cycle after
         # the instruction's last one, before anything can read it: the next compute
-        # instruction reads acc three cycles after its decode at the earliest, and STORE reads
-        # out after its own decode cycle.
+        # instruction reads acc two cycles after its decode at the earliest (an ALU source in
+        # s2), and STORE reads out after its own decode cycle.
         width = cfg.acc_tile_bytes * 8
         lanes = cfg.batch * cfg.block_out
         v6, v7, v8 = Signal(name="v6"), Signal(name="v7"), Signal(name="v8")
