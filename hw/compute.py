@@ -569,7 +569,6 @@ class Compute(wiring.Component):
         # instruction reads acc two cycles after its decode at the earliest (an ALU source in
         # s2), and STORE reads out after its own decode cycle.
         width = cfg.acc_tile_bytes * 8
-        lanes = cfg.batch * cfg.block_out
         v6, v7, v8 = Signal(name="v6"), Signal(name="v7"), Signal(name="v8")
         dst6, dst7, dst8 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7, 8))
         wdata = Signal(width)       # the result of one cycle ago: GEMM's in s6, ALU's in s7
@@ -630,27 +629,27 @@ class Compute(wiring.Component):
                 for lane in range(lanes):
                     m.d.comb += result.word_select(lane, 32).eq(
                         gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
-        w_valid = Signal()
+        # One registered write port serves acc and out: the result with its destination, or
+        # LOAD ACC's write, whose engine data and enable come through a few gates from its
+        # state. Either lands a cycle later, before anything can read it; LOAD ACC writes from
+        # its first data beat on, at least two cycles after its decode, so never together with
+        # the previous instruction's last write (and no micro-op is in flight to forward
+        # ``wdata`` while it loads).
+        w_valid = Signal()          # a result (acc and out)
+        w_load = Signal()           # LOAD ACC (acc only)
         w_dst = Signal(acc_bits)
-        m.d.sync += [wdata.eq(result), w_valid.eq(wb_valid), w_dst.eq(wb_dst)]
-        out_tile = Cat(*(wdata.word_select(lane, 32)[:8] for lane in range(lanes)))
-        # The acc write port is registered, LOAD ACC's writes included (its engine's data and
-        # enable come through a few gates from its state): they too land a cycle later, still
-        # before the next compute instruction can read acc. LOAD ACC writes from its first
-        # data beat on, at least two cycles after its decode, so never together with the
-        # previous instruction's last write.
         with m.If(eng.wr_acc.en != 0):
-            m.d.sync += [
-                acc_buf.w.addr.eq(eng.wr_acc.addr),
-                acc_buf.w.en.eq(eng.wr_acc.en),
-                acc_buf.w.data.eq(eng.wr_acc.data),
-            ]
+            m.d.sync += [w_dst.eq(eng.wr_acc.addr), wdata.eq(eng.wr_acc.data), w_valid.eq(0),
+                         w_load.eq(1)]
         with m.Else():
-            m.d.sync += [
-                acc_buf.w.addr.eq(wb_dst),
-                acc_buf.w.en.eq(wb_valid),
-                acc_buf.w.data.eq(result),
-            ]
+            m.d.sync += [w_dst.eq(wb_dst), wdata.eq(result), w_valid.eq(wb_valid),
+                         w_load.eq(0)]
+        out_tile = Cat(*(wdata.word_select(lane, 32)[:8] for lane in range(lanes)))
+        m.d.comb += [
+            acc_buf.w.addr.eq(w_dst),
+            acc_buf.w.en.eq(w_valid | w_load),
+            acc_buf.w.data.eq(wdata),
+        ]
         m.d.comb += [
             self.wr_out.addr.eq(w_dst),
             self.wr_out.en.eq(w_valid),
