@@ -23,6 +23,7 @@ from accel.config import HwConfig
 from accel.dram import Dram
 from accel.isa import INSN_BYTES, encode_uops
 from accel.program import Program, ProgramError
+from hw.primitives import Target
 
 __all__ = ["ENGINES", "RtlRun", "RtlStats", "cache_dir", "prepare_image", "run_rtl"]
 
@@ -104,6 +105,7 @@ def run_rtl(
     vcd: str | Path | None = None,
     engine: str = "auto",
     max_cycles: int = 50_000_000,
+    family: str | None = None,
 ) -> tuple[int, RtlStats]:
     """Run ``program`` on the RTL of ``cfg``; ``dram`` is modified in place.
 
@@ -121,6 +123,9 @@ def run_rtl(
         ``"auto"``, ``"verilator"`` or ``"amaranth"``.
     max_cycles
         Give up after this many cycles (a deadlocked program never finishes).
+    family
+        Simulate the netlist built for this FPGA family, with its primitives
+        (:mod:`hw.primitives`; Verilator only) instead of the generic one.
 
     Returns
     -------
@@ -135,17 +140,25 @@ def run_rtl(
     ProgramError
         Wrong config or invalid program.
     ValueError
-        Unknown engine.
+        Unknown engine or family, or a family on the Amaranth engine.
     RuntimeError
         Verilator asked for but missing, or the run did not finish within ``max_cycles``.
     """
     chosen = _pick_engine(engine)
+    if family is not None:
+        Target(family)
+        if chosen != "verilator":
+            raise ValueError(f"family {family!r} needs the verilator engine, not {chosen}")
     run = prepare_image(program, dram, cfg)
     if chosen == "amaranth":
-        from hw.amaranth_engine import simulate
+        from hw import amaranth_engine
+
+        cycles, counters = amaranth_engine.simulate(cfg, run, vcd=vcd, max_cycles=max_cycles)
     else:
-        from hw.verilator import simulate
-    cycles, counters = simulate(cfg, run, vcd=vcd, max_cycles=max_cycles)
+        from hw import verilator
+
+        cycles, counters = verilator.simulate(cfg, run, vcd=vcd, max_cycles=max_cycles,
+                                              family=family)
     dram.data[:] = run.image[: run.data_bytes]
     stats = RtlStats(counters)
     stats["engine"] = chosen

@@ -31,6 +31,11 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--config", default=None,
                    help="shipped config name or YAML path (default: the packaged default)")
     p.add_argument("-o", "--output", required=True, help="Verilog file to write")
+    p.add_argument("--target", default=None, choices=sorted(TARGETS),
+                   help="FPGA family whose primitives to instantiate where the RTL has them "
+                        "(ecp5: the GEMM multipliers; default: generic Verilog)")
+    p.add_argument("--sim-models", action="store_true",
+                   help="append simulation models of the instantiated primitives")
     p.set_defaults(func=cmd_verilog)
 
     p = subparsers.add_parser(
@@ -63,16 +68,21 @@ def cmd_verilog(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     from hw.export import verilog_text
+    from hw.primitives import FAMILIES, sim_model
 
+    family = args.target if args.target in FAMILIES else None
     try:
-        text = verilog_text(cfg)
+        text = verilog_text(cfg, family=family)
     except ValueError as exc:
         return _fail(f"{cfg.source}: {exc}")
+    if args.sim_models and family is not None:
+        text += "\n" + sim_model(family)
     try:
         Path(args.output).write_text(text, encoding="utf-8")
     except OSError as exc:
         return _fail(f"{args.output}: cannot write: {exc.strerror}")
-    print(f"{args.output}: {len(text.splitlines())} lines of Verilog for {cfg.name}")
+    built = f" ({family} primitives)" if family else ""
+    print(f"{args.output}: {len(text.splitlines())} lines of Verilog for {cfg.name}{built}")
     return 0
 
 

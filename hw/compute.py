@@ -45,6 +45,7 @@ from hw.dma import LoadEngine
 from hw.dram import dram_port
 from hw.lutmul import mul_low_lut_parts, tree_sum
 from hw.params import RtlParams
+from hw.primitives import family_of, mult18x18d
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer
 
@@ -167,8 +168,11 @@ class AluLane(wiring.Component):
 class GemmCore(wiring.Component):
     """The ``batch x block_in x block_out`` int8 MAC array: products, then an adder tree.
 
-    Two register stages: multiplier inputs arrive registered (``Compute`` registers the buffers'
-    read data), products are registered (stage 3 -> 4) and the dot products (stage 4 -> 5).
+    Three register stages: the operands (the buffers' read data, stage 2 -> 3), the products
+    (stage 3 -> 4) and the dot products (stage 4 -> 5). Built for ECP5
+    (:func:`hw.primitives.family_of`), each product is a ``MULT18X18D`` holding its operand and
+    product registers (:func:`hw.primitives.mult18x18d`); elsewhere the operands are registered
+    once for the array and each product is a ``*``.
 
     Parameters
     ----------
@@ -182,7 +186,7 @@ class GemmCore(wiring.Component):
     wgt : In
         One wgt tile, ``block_out x block_in`` int8, ``(o, k)`` at byte ``o * block_in + k``.
     sums : Out
-        Two cycles later: ``batch x block_out`` dot products as int32, ``(b, o)`` at word
+        Three cycles later: ``batch x block_out`` dot products as int32, ``(b, o)`` at word
         ``b * block_out + o``.
     """
 
@@ -198,15 +202,23 @@ class GemmCore(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         batch, bi, bo = self._shape
+        ecp5 = family_of(platform) == "ecp5"
+        inp, wgt = self.inp, self.wgt
+        if not ecp5:
+            inp, wgt = Signal.like(self.inp, name="inp_q"), Signal.like(self.wgt, name="wgt_q")
+            m.d.sync += [inp.eq(self.inp), wgt.eq(self.wgt)]
         sums = []
         for b in range(batch):
             for o in range(bo):
                 prods = []
                 for k in range(bi):
-                    x = self.inp.word_select(b * bi + k, 8).as_signed()
-                    w = self.wgt.word_select(o * bi + k, 8).as_signed()
-                    prod = Signal(signed(16), name=f"prod_{b}_{o}_{k}")
-                    m.d.sync += prod.eq(x * w)
+                    x = inp.word_select(b * bi + k, 8).as_signed()
+                    w = wgt.word_select(o * bi + k, 8).as_signed()
+                    if ecp5:
+                        prod = mult18x18d(m, x, w, f"mul_{b}_{o}_{k}")
+                    else:
+                        prod = Signal(signed(16), name=f"prod_{b}_{o}_{k}")
+                        m.d.sync += prod.eq(x * w)
                     prods.append(prod)
                 dot = Signal(signed(16 + (bi - 1).bit_length()), name=f"dot_{b}_{o}")
                 m.d.sync += dot.eq(tree_sum(prods))
@@ -534,23 +546,17 @@ class Compute(wiring.Component):
         m.d.sync += [v3.eq(v2), v4.eq(v3), v5.eq(v4), dst3.eq(dst2), dst4.eq(dst3),
                      dst5.eq(dst4), src3.eq(src2)]
         # GEMM operands: read in s1 at the index being formed (the same sums as src2/wgt2),
-        # registered out of the buffers in s2, so that the multipliers in s3 start from
-        # flip-flops rather than from block-RAM outputs. The inp and wgt buffers' read ports are
-        # not transparent, which keeps this register in the fabric after the block RAMs' depth
-        # mux (with a transparent port Yosys folds it into the RAM, see ``SramBuffer``).
+        # registered out of the buffers in s2 by the GEMM core, so that the multipliers in s3
+        # start from flip-flops rather than from block-RAM outputs. The inp and wgt buffers'
+        # read ports are not transparent, which keeps this register out of the block RAMs
+        # (with a transparent port Yosys folds it into the RAM, see ``SramBuffer``).
         inp_idx = Signal(src_bits)
-        inp3 = Signal(cfg.inp_tile_bytes * 8)
-        wgt3 = Signal(cfg.wgt_tile_bytes * 8)
         m.d.comb += [
             inp_idx.eq(uop.src + b1["src"]),
             self.rd_inp.addr.eq(inp_idx[:inp_bits]),
             self.rd_wgt.addr.eq(uop.wgt + b1["wgt"]),
-            core.inp.eq(inp3),
-            core.wgt.eq(wgt3),
-        ]
-        m.d.sync += [
-            inp3.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
-            wgt3.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
+            core.inp.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
+            core.wgt.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
         ]
         # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s3.
         with m.If(alu_q):

@@ -12,6 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from accel.config import HwConfig
+from hw.primitives import Target
 from hw.top import Accelerator
 
 __all__ = ["TOP_NAME", "WRAPPER_VERSION", "PinWrapper", "design_hash", "verilog_text"]
@@ -27,22 +28,24 @@ WRAPPER_VERSION = 2
 
 
 @functools.lru_cache(maxsize=8)
-def verilog_text(cfg: HwConfig, wrapped: bool = False) -> str:
+def verilog_text(cfg: HwConfig, wrapped: bool = False, family: str | None = None) -> str:
     """The Verilog of ``Accelerator(cfg)`` (or of :class:`PinWrapper` around it), top
-    ``accel_top``.
+    ``accel_top``; with ``family`` (:data:`hw.primitives.FAMILIES`), instantiating that FPGA
+    family's primitives where the RTL has them, else generic.
 
     Raises
     ------
     ValueError
-        The config cannot be built (``hw.params.check_rtl_config``).
+        The config cannot be built (``hw.params.check_rtl_config``), or ``family`` is unknown.
     """
+    platform = Target(family) if family is not None else None
     top = PinWrapper(cfg) if wrapped else Accelerator(cfg)
-    return verilog.convert(top, name=TOP_NAME, emit_src=False)
+    return verilog.convert(top, name=TOP_NAME, emit_src=False, platform=platform)
 
 
-def design_hash(cfg: HwConfig) -> str:
+def design_hash(cfg: HwConfig, family: str | None = None) -> str:
     """A short hash of the generated Verilog: keys caches of compiled models and reports."""
-    return hashlib.sha1(verilog_text(cfg).encode()).hexdigest()[:10]
+    return hashlib.sha1(verilog_text(cfg, family=family).encode()).hexdigest()[:10]
 
 
 class PinWrapper(wiring.Component):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.config import HwConfig
+from hw.primitives import FAMILIES
 
 __all__ = ["TARGETS", "SynthError", "SynthReport", "parse_stat", "synthesize"]
 
@@ -195,7 +196,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         raise ValueError(f"--pnr is supported for ecp5 only, not {target}")
     if device not in ECP5_DEVICES:
         raise ValueError(f"device must be one of {', '.join(ECP5_DEVICES)}, not {device!r}")
-    digest = design_hash(cfg)
+    family = target if target in FAMILIES else None
+    digest = design_hash(cfg, family)
     cache = _cache_file(cfg, target)
     if use_cache and cache.exists():
         try:
@@ -210,7 +212,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         work = Path(workdir) if workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        (work / "design.v").write_text(verilog_text(cfg))
+        (work / "design.v").write_text(verilog_text(cfg, family=family))
         t = TARGETS[target]
         script = (
             f"read_verilog design.v; {t.synth} -top {TOP_NAME} -run :map_luts; splitnets; "
@@ -242,7 +244,7 @@ def _place_and_route(cfg: HwConfig, work: Path, device: str) -> float:
     """Fmax in MHz of the pin-wrapped design on ECP5 ``device`` after nextpnr."""
     from hw.export import TOP_NAME, verilog_text
 
-    (work / "wrapped.v").write_text(verilog_text(cfg, wrapped=True))
+    (work / "wrapped.v").write_text(verilog_text(cfg, wrapped=True, family="ecp5"))
     script = (
         f"read_verilog wrapped.v; synth_ecp5 -top {TOP_NAME} -run :map_luts; splitnets; "
         f"synth_ecp5 -top {TOP_NAME} -run map_luts: -json wrapped.json"

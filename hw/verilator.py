@@ -22,6 +22,7 @@ from accel.config import HwConfig
 from hw.backend import RtlRun, cache_dir
 from hw.dram import dram_request_layout
 from hw.params import RtlParams
+from hw.primitives import sim_model
 from hw.top import CYCLE_BITS
 
 __all__ = ["build_model", "simulate", "wrapper_verilog"]
@@ -63,8 +64,11 @@ def _params_header(cfg: HwConfig) -> str:
     )
 
 
-def build_model(cfg: HwConfig, trace: bool = False) -> Path:
+def build_model(cfg: HwConfig, trace: bool = False, family: str | None = None) -> Path:
     """Compile (or find in the cache) the Verilator model of ``cfg``; returns the executable.
+
+    With ``family``, the netlist that FPGA family's synthesis gets (its primitives instantiated,
+    :mod:`hw.primitives`), simulated with :func:`hw.primitives.sim_model`.
 
     Raises
     ------
@@ -76,12 +80,15 @@ def build_model(cfg: HwConfig, trace: bool = False) -> Path:
     if not shutil.which("verilator"):
         raise RuntimeError(
             "engine 'verilator' needs the verilator program (Debian: apt-get install verilator)")
-    design = verilog_text(cfg)
+    design = verilog_text(cfg, family=family)
+    if family is not None:
+        design += "\n" + sim_model(family)
     wrapper = wrapper_verilog(cfg)
     header = _params_header(cfg)
     digest = hashlib.sha1(
         (design + wrapper + header + HARNESS.read_text()).encode()).hexdigest()[:10]
-    folder = cache_dir("verilator") / f"{cfg.name}-{digest}{'-trace' if trace else ''}"
+    suffix = (f"-{family}" if family else "") + ("-trace" if trace else "")
+    folder = cache_dir("verilator") / f"{cfg.name}-{digest}{suffix}"
     exe = folder / SIM_TOP
     if exe.exists():
         return exe
@@ -117,8 +124,10 @@ def build_model(cfg: HwConfig, trace: bool = False) -> Path:
 
 
 def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
-             max_cycles: int = 50_000_000) -> tuple[int, dict[str, Any]]:
-    """Run the prepared image on the compiled model; returns ``(cycles, stats)``.
+             max_cycles: int = 50_000_000, family: str | None = None
+             ) -> tuple[int, dict[str, Any]]:
+    """Run the prepared image on the compiled model (of ``family``'s netlist, see
+    :func:`build_model`); returns ``(cycles, stats)``.
 
     Raises
     ------
@@ -126,7 +135,7 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
         The build failed, the run did not finish within ``max_cycles``, or the RTL accessed
         DRAM outside the image.
     """
-    exe = build_model(cfg, trace=vcd is not None)
+    exe = build_model(cfg, trace=vcd is not None, family=family)
     with tempfile.TemporaryDirectory(prefix="accel-rtl-") as tmp:
         image = Path(tmp) / "dram.bin"
         image.write_bytes(run.image.tobytes())

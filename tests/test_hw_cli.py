@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,27 @@ def test_verilog_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == f"{out}: {lines} lines of Verilog for {cfg.name}\n"
     # The DRAM data ports are as wide as the configured bus.
     assert f"input [{cfg.dram.bytes_per_cycle * 8 - 1}:0] dram__rsp_data;" in text
+
+
+def test_verilog_command_ecp5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = load_config("tiny")
+    out = tmp_path / "tiny.v"
+    assert cli(["verilog", "--config", "tiny", "--target", "ecp5", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert capsys.readouterr().out == (
+        f"{out}: {len(text.splitlines())} lines of Verilog for {cfg.name} (ecp5 primitives)\n")
+    # One MULT18X18D per GEMM multiplier, holding the operand and product registers.
+    blocks = re.findall(r"MULT18X18D #\((.*?)\)\s*mul_", text, re.S)
+    assert len(blocks) == cfg.batch * cfg.block_in * cfg.block_out
+    assert all('.REG_INPUTA_CLK("CLK0")' in b and '.REG_INPUTB_CLK("CLK0")' in b
+               and '.REG_OUTPUT_CLK("CLK0")' in b for b in blocks)
+    assert "module MULT18X18D" not in text
+    assert cli(["verilog", "--config", "tiny", "--target", "ecp5", "--sim-models",
+                "-o", str(out)]) == 0
+    assert "module MULT18X18D(" in out.read_text()
+    # Other families get the generic netlist.
+    assert cli(["verilog", "--config", "tiny", "--target", "xilinx", "-o", str(out)]) == 0
+    assert "MULT18X18D" not in out.read_text()
 
 
 def test_verilog_command_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -427,15 +427,15 @@ def test_gemm_core_matches_numpy(tiny: HwConfig) -> None:
               rng.integers(-128, 128, (bo, bi), dtype=np.int8)) for _ in range(20)]
 
     async def bench(ctx: object) -> None:
-        for k in range(len(tiles) + 1):
+        for k in range(len(tiles) + 2):
             if k < len(tiles):
                 x, w = tiles[k]
                 ctx.set(dut.inp, int.from_bytes(x.tobytes(), "little"))
                 ctx.set(dut.wgt, int.from_bytes(w.tobytes(), "little"))
             await ctx.tick()
-            if k >= 1:
-                # Two register stages: after edge k + 1 the sums are those of tile k - 1.
-                x, w = tiles[k - 1]
+            if k >= 2:
+                # Three register stages: after edge k + 1 the sums are those of tile k - 2.
+                x, w = tiles[k - 2]
                 want = (x.astype(np.int32) @ w.astype(np.int32).T).astype("<i4")
                 assert ctx.get(dut.sums) == int.from_bytes(want.tobytes(), "little")
 

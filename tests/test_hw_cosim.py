@@ -438,6 +438,32 @@ def test_verilator_engine_matches(tiny: HwConfig) -> None:
 
 
 @needs_verilator
+def test_ecp5_netlist_matches(tiny: HwConfig) -> None:
+    """The netlist ``accel synth --target ecp5`` synthesises (GEMM multipliers as MULT18X18D
+    blocks holding the operand and product registers) simulated with ``sim_model``."""
+    cases = [chain_program(tiny)] + [
+        random_program(tiny, numpy_pick(np.random.default_rng(seed))) for seed in range(4)]
+    for program, dram in cases:
+        assert any(isinstance(insn, GemmInsn) and not insn.reset and insn.n_uops
+                   for insn in program.insns)
+        reference = dram.copy()
+        sim = run_program(program, reference, backend="sim")
+        cycles, _ = run_rtl(program, dram, tiny, engine="verilator", family="ecp5")
+        np.testing.assert_array_equal(dram.data, reference.data)
+        assert cycles == sim.cycles
+
+
+def test_family_needs_verilator(tiny: HwConfig) -> None:
+    program, dram = chain_program(tiny)
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "family 'ecp5' needs the verilator engine, not amaranth") + "$"):
+        run_rtl(program, dram, tiny, engine="amaranth", family="ecp5")
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "no primitives for family 'gowin'; known: ecp5") + "$"):
+        run_rtl(program, dram, tiny, engine="amaranth", family="gowin")
+
+
+@needs_verilator
 @pytest.mark.slow
 def test_verilator_default_config_and_vcd(cfg: HwConfig, tmp_path: Path) -> None:
     program, dram = random_program(cfg, numpy_pick(np.random.default_rng(1)))
