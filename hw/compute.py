@@ -302,17 +302,17 @@ class Compute(wiring.Component):
                 word = Mux(lane_hit, wr.data.word_select(i, g.elem_bits), word)
             hits.append(hit)
             words.append(word)
-        fwd = Signal(name="uop_fwd")
-        fwd_word = Signal(g.elem_bits, name="uop_fwd_word")
+        # Both lanes' forwarding is registered and ``sel`` (late: it depends on the decode
+        # signal) picks after the register, as it does for the read data.
+        hit_q = [Signal(name=f"uop_fwd{c}") for c in range(2)]
+        word_q = [Signal(g.elem_bits, name=f"uop_fwd_word{c}") for c in range(2)]
         sel_q = Signal(name="uop_sel_q")
-        m.d.sync += [
-            fwd.eq(Mux(sel, hits[1], hits[0])),
-            fwd_word.eq(Mux(sel, words[1], words[0])),
-            sel_q.eq(sel),
-        ]
-        read = Mux(sel_q, buf.r.data.word_select(1, g.elem_bits),
-                   buf.r.data.word_select(0, g.elem_bits))
-        return Mux(fwd, fwd_word, read)[:self._p.cfg.uop_bits]
+        m.d.sync += [q.eq(h) for q, h in zip(hit_q, hits, strict=True)]
+        m.d.sync += [q.eq(w) for q, w in zip(word_q, words, strict=True)]
+        m.d.sync += sel_q.eq(sel)
+        read = [buf.r.data.word_select(c, g.elem_bits) for c in range(2)]
+        lane = [Mux(hit_q[c], word_q[c], read[c]) for c in range(2)]
+        return Mux(sel_q, lane[1], lane[0])[:self._p.cfg.uop_bits]
 
     def elaborate(self, platform: object) -> Module:
         m = Module()

@@ -154,12 +154,17 @@ class DepControl(wiring.Component):
             m.d.comb += done.eq(before_done & (~want | stream_in.valid))
             fire[f"{name}:want"] = want
             before_done = done
-        fire["all_done"] = before_done
-        active = Signal()
-        m.d.comb += [
-            active.eq(take | has_insn),
-            self.start.eq(active & fire["all_done"]),
-        ]
+        # ``start`` is the same as ``(take | has_insn) & done`` of the last pop, written as two
+        # flat products (``take`` and ``has_insn`` exclude each other), so that it does not
+        # wait for ``want`` and the chain of pops: its fan-out is the decode logic of the
+        # module, and it bounds the clock.
+        hdr_ok: object = 1
+        held_ok: object = 1
+        for name in self._pops:
+            valid = getattr(self, name).valid
+            hdr_ok = hdr_ok & (~getattr(header, name) | valid)
+            held_ok = held_ok & (~need[name] | valid)
+        m.d.comb += self.start.eq((take & hdr_ok) | (has_insn & held_ok))
 
         with m.If(take):
             m.d.sync += [insn_q.eq(self.cmd.payload), has_insn.eq(1)]
