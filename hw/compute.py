@@ -287,31 +287,30 @@ class Compute(wiring.Component):
 
         The read port is not transparent: a write of the same micro-op at this edge (LOAD UOP
         writes in its last cycle, and the next instruction's first micro-op is read then) is
-        forwarded from registers instead.
+        forwarded from registers in the next cycle instead.
         """
         g = buf.geom
-        hits, words = [], []
+        # The write and the read address are registered, and compared in the next cycle, beside
+        # the block RAM's read (whose clock-to-out is longer than the compare): the address
+        # comes from the instruction in front through the command queue, and the write from
+        # the load engine's counters, both late in this cycle. ``sel`` (late too: it depends
+        # on the decode signal) picks the lane after the register, as for the read data.
+        wr_en_q = Signal(g.lanes, name="uop_wr_en_q")
+        wr_addr_q = Signal(g.addr_bits, name="uop_wr_addr_q")
+        wr_data_q = Signal(g.lanes * g.elem_bits, name="uop_wr_data_q")
+        addr_q = Signal(g.addr_bits, name="uop_addr_q")
+        sel_q = Signal(name="uop_sel_q")
+        m.d.sync += [wr_en_q.eq(wr.en), wr_addr_q.eq(wr.addr), wr_data_q.eq(wr.data),
+                     addr_q.eq(addr), sel_q.eq(sel)]
+        lane = []
         for c in range(2):                  # the two elements read: addr, addr + 1
             want = Signal(g.addr_bits, name=f"uop_want{c}")
-            m.d.comb += want.eq(addr + c)
-            hit: object = 0
-            word: object = 0
+            m.d.comb += want.eq(addr_q + c)
+            word: object = buf.r.data.word_select(c, g.elem_bits)
             for i in range(g.lanes):
-                lane_hit = wr.en[i] & ((wr.addr + i)[:g.addr_bits] == want)
-                hit = hit | lane_hit
-                word = Mux(lane_hit, wr.data.word_select(i, g.elem_bits), word)
-            hits.append(hit)
-            words.append(word)
-        # Both lanes' forwarding is registered and ``sel`` (late: it depends on the decode
-        # signal) picks after the register, as it does for the read data.
-        hit_q = [Signal(name=f"uop_fwd{c}") for c in range(2)]
-        word_q = [Signal(g.elem_bits, name=f"uop_fwd_word{c}") for c in range(2)]
-        sel_q = Signal(name="uop_sel_q")
-        m.d.sync += [q.eq(h) for q, h in zip(hit_q, hits, strict=True)]
-        m.d.sync += [q.eq(w) for q, w in zip(word_q, words, strict=True)]
-        m.d.sync += sel_q.eq(sel)
-        read = [buf.r.data.word_select(c, g.elem_bits) for c in range(2)]
-        lane = [Mux(hit_q[c], word_q[c], read[c]) for c in range(2)]
+                lane_hit = wr_en_q[i] & ((wr_addr_q + i)[:g.addr_bits] == want)
+                word = Mux(lane_hit, wr_data_q.word_select(i, g.elem_bits), word)
+            lane.append(word)
         return Mux(sel_q, lane[1], lane[0])[:self._p.cfg.uop_bits]
 
     def elaborate(self, platform: object) -> Module:
