@@ -640,20 +640,25 @@ class Compute(wiring.Component):
         # its first data beat on, at least two cycles after its decode, so never together with
         # the previous instruction's last write (and no micro-op is in flight to forward
         # ``wdata`` while it loads).
+        # A DRAM beat wider than an acc element carries several (``lanes`` of the acc buffer's
+        # write port, one enable each): LOAD ACC's other lanes are registered beside
+        # ``wdata``, which holds lane 0 (a result is always lane 0).
         w_valid = Signal()          # a result (acc and out)
-        w_load = Signal()           # LOAD ACC (acc only)
+        w_load = Signal(len(acc_buf.w.en))          # LOAD ACC's lane enables (acc only)
+        w_rest = Signal(len(acc_buf.w.data) - width)  # LOAD ACC's lanes 1 and up
         w_dst = Signal(acc_bits)
         with m.If(eng.wr_acc.en != 0):
-            m.d.sync += [w_dst.eq(eng.wr_acc.addr), wdata.eq(eng.wr_acc.data), w_valid.eq(0),
-                         w_load.eq(1)]
+            m.d.sync += [w_dst.eq(eng.wr_acc.addr), wdata.eq(eng.wr_acc.data[:width]),
+                         w_rest.eq(eng.wr_acc.data[width:]), w_valid.eq(0),
+                         w_load.eq(eng.wr_acc.en)]
         with m.Else():
             m.d.sync += [w_dst.eq(wb_dst), wdata.eq(result), w_valid.eq(wb_valid),
                          w_load.eq(0)]
         out_tile = Cat(*(wdata.word_select(lane, 32)[:8] for lane in range(lanes)))
         m.d.comb += [
             acc_buf.w.addr.eq(w_dst),
-            acc_buf.w.en.eq(w_valid | w_load),
-            acc_buf.w.data.eq(wdata),
+            acc_buf.w.en.eq(w_load | w_valid),
+            acc_buf.w.data.eq(Cat(wdata, w_rest)),
         ]
         m.d.comb += [
             self.wr_out.addr.eq(w_dst),

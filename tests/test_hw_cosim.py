@@ -192,6 +192,27 @@ def test_alu_operations(tiny: HwConfig, op: AluOp) -> None:
     cosim(*b.build())
 
 
+@pytest.mark.parametrize("bus", [4, 32])
+def test_load_acc_lanes(tiny: HwConfig, bus: int) -> None:
+    """LOAD ACC on a bus narrower than an acc element (beats per element) and wider (two
+    elements per beat, one write enable each), with an odd offset and length: every element
+    reaches acc (ADD 0 copies it to out, then stored)."""
+    cfg = tiny.replace(**{"dram.bytes_per_cycle": bus})
+    rng = np.random.default_rng(bus)
+    b = ProgramBuilder(cfg)
+    acc = rng.integers(-2**31, 2**31, (16, 1, 4), dtype=np.int64).astype(np.int32)
+    aa = b.tensor("acc", acc)
+    oa = b.buffer("out", 16 * 4, 4)
+    b.uops([(0, 0, 0)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=1, x_stride=1)
+    b.load(MemType.ACC, sram_base=1, dram_base=aa + 1, x_size=13, x_stride=13)
+    b.alu(AluOp.ADD, uop_bgn=0, uop_end=1, iter_out=16, dst_factor_out=1, src_factor_out=1,
+          use_imm=True, imm=0, push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=16, x_stride=16, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    cosim(*b.build())
+
+
 @pytest.mark.parametrize("alu", [(2, 4), (3, 3), (4, 2)])
 def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
                                                     alu: tuple[int, int]) -> None:
