@@ -68,9 +68,9 @@ def cmd_verilog(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     from hw.export import verilog_text
-    from hw.primitives import FAMILIES, sim_model
+    from hw.primitives import family_for, sim_model
 
-    family = args.target if args.target in FAMILIES else None
+    family = family_for(args.target)
     try:
         text = verilog_text(cfg, family=family)
     except ValueError as exc:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, Value, signed
 
-__all__ = ["FAMILIES", "Target", "family_of", "mult18x18d", "sim_model"]
+__all__ = ["FAMILIES", "Target", "family_for", "family_of", "mult18x18d", "sim_model"]
 
 FAMILIES = ("ecp5",)
 """Families with instantiated primitives; any other target gets the generic netlist."""
@@ -41,6 +41,12 @@ class Target:
         if self.family not in FAMILIES:
             raise ValueError(f"no primitives for family {self.family!r}; known: "
                              f"{', '.join(FAMILIES)}")
+
+
+def family_for(target: str | None) -> str | None:
+    """The family whose primitives a synthesis ``target`` (``accel synth --target``) gets:
+    itself where it has any (:data:`FAMILIES`), else None (the generic netlist)."""
+    return target if target in FAMILIES else None
 
 
 def family_of(platform: object) -> str | None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.config import HwConfig
-from hw.primitives import FAMILIES
+from hw.primitives import family_for
 
 __all__ = ["TARGETS", "SynthError", "SynthReport", "parse_stat", "synthesize"]
 
@@ -196,7 +196,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         raise ValueError(f"--pnr is supported for ecp5 only, not {target}")
     if device not in ECP5_DEVICES:
         raise ValueError(f"device must be one of {', '.join(ECP5_DEVICES)}, not {device!r}")
-    family = target if target in FAMILIES else None
+    family = family_for(target)
     digest = design_hash(cfg, family)
     cache = _cache_file(cfg, target)
     if use_cache and cache.exists():
