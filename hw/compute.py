@@ -5,15 +5,14 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
     s-1 read uop[u] (two lanes: u and u + 1)
     s0  uop registered out of the buffer             (issue; the decode cycle issues the first)
     s1  dst/src/wgt = uop fields + loop bases       -> registered; GEMM: read inp[src], wgt[wgt]
-    s2  GEMM: operands registered                   ALU: read acc[src]
-    s3  GEMM: multiply, products registered,        ALU: read acc[dst]
+    s2  GEMM: read data registered                  ALU: read acc[src]
+    s3  GEMM: operands registered                   ALU: read acc[dst]
+    s4  GEMM: multiply, products registered,        ALU: operands (forwarded) registered
               read acc[dst]
-    s4  GEMM: adder tree and acc[dst] registered    ALU: operands (forwarded) registered
-    s5  GEMM: accumulate (acc forwarded from s6,    ALU: operation, result registered
-              s7), result registered
-    s6  GEMM: write acc[dst], out[dst]              ALU: (MUL: partial sums added), result
-                                                         registered
-    s7                                              ALU: write acc[dst], out[dst]
+    s5  GEMM: adder tree and acc[dst] registered    ALU: operation, result registered
+    s6  GEMM: accumulate (acc forwarded from s7,    ALU: (MUL: partial sums added), result
+              s8), result registered                     registered
+    s7  GEMM: write acc[dst], out[dst]              ALU: write acc[dst], out[dst]
 
 The first micro-op of an instruction is read in the cycle before its decode, from the
 instruction then in front of the command queue (``DepControl.seen``); when that was another
@@ -28,9 +27,10 @@ forwarded, so no read-after-write hazard exists at one micro-op per cycle. The A
 through the same port, hence ``alu.ii >= 2``; an operand read before a micro-op ahead wrote it
 is forwarded from that one's result. An instruction of ``n`` micro-ops takes
 ``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii``
-cycles after decode, its result is formed 5 (GEMM) or 6 (ALU) cycles later
-(:data:`hw.params.WRITEBACK_STAGE`) and written in the next cycle, and the module waits out
-the rest of the drain.
+cycles after decode, its result is formed 6 cycles later and written at the end of the next
+(:data:`hw.params.WRITEBACK_STAGE`), and the module waits out the rest of the drain. At the
+default depths the ALU's last result is written in the cycle after the instruction's last, the
+GEMM's a cycle later still (:data:`hw.params.WRITE_AFTER_LAST`): nothing reads them earlier.
 """
 
 from __future__ import annotations
@@ -168,11 +168,13 @@ class AluLane(wiring.Component):
 class GemmCore(wiring.Component):
     """The ``batch x block_in x block_out`` int8 MAC array: products, then an adder tree.
 
-    Three register stages: the operands (the buffers' read data, stage 2 -> 3), the products
-    (stage 3 -> 4) and the dot products (stage 4 -> 5). Built for ECP5
+    Four register stages: the buffers' read data (stage 2 -> 3), the operands (3 -> 4), the
+    products (4 -> 5) and the dot products (5 -> 6). The read data is registered in the fabric
+    next to the block RAMs, whose clock-to-out is long (5.8 ns on ECP5), so that the long
+    routes to the multipliers spread over the chip start from flip-flops. Built for ECP5
     (:func:`hw.primitives.family_of`), each product is a ``MULT18X18D`` holding its operand and
     product registers (:func:`hw.primitives.mult18x18d`); elsewhere the operands are registered
-    once for the array and each product is a ``*``.
+    once more for the array and each product is a ``*``.
 
     Parameters
     ----------
@@ -186,7 +188,7 @@ class GemmCore(wiring.Component):
     wgt : In
         One wgt tile, ``block_out x block_in`` int8, ``(o, k)`` at byte ``o * block_in + k``.
     sums : Out
-        Three cycles later: ``batch x block_out`` dot products as int32, ``(b, o)`` at word
+        Four cycles later: ``batch x block_out`` dot products as int32, ``(b, o)`` at word
         ``b * block_out + o``.
     """
 
@@ -203,10 +205,13 @@ class GemmCore(wiring.Component):
         m = Module()
         batch, bi, bo = self._shape
         ecp5 = family_of(platform) == "ecp5"
-        inp, wgt = self.inp, self.wgt
+        inp = Signal.like(self.inp, name="inp_rd")
+        wgt = Signal.like(self.wgt, name="wgt_rd")
+        m.d.sync += [inp.eq(self.inp), wgt.eq(self.wgt)]
         if not ecp5:
+            inp_rd, wgt_rd = inp, wgt
             inp, wgt = Signal.like(self.inp, name="inp_q"), Signal.like(self.wgt, name="wgt_q")
-            m.d.sync += [inp.eq(self.inp), wgt.eq(self.wgt)]
+            m.d.sync += [inp.eq(inp_rd), wgt.eq(wgt_rd)]
         sums = []
         for b in range(batch):
             for o in range(bo):
@@ -545,10 +550,12 @@ class Compute(wiring.Component):
         m.d.sync += [v3.eq(v2), v4.eq(v3), v5.eq(v4), dst3.eq(dst2), dst4.eq(dst3),
                      dst5.eq(dst4), src3.eq(src2)]
         # GEMM operands: read in s1 at the index being formed (the same sums as src2/wgt2),
-        # registered out of the buffers in s2 by the GEMM core, so that the multipliers in s3
-        # start from flip-flops rather than from block-RAM outputs. The inp and wgt buffers'
-        # read ports are not transparent, which keeps this register out of the block RAMs
-        # (with a transparent port Yosys folds it into the RAM, see ``SramBuffer``).
+        # registered out of the buffers in s2 and again in s3 (on ECP5 in the multiplier
+        # blocks) by the GEMM core, so that neither the block RAMs' clock-to-out nor the
+        # multipliers share a cycle with the routes across the chip between them. The inp and
+        # wgt buffers' read ports are not transparent, which keeps the first register out of
+        # the block RAMs (with a transparent port Yosys folds it into the RAM, see
+        # ``SramBuffer``).
         inp_idx = Signal(src_bits)
         m.d.comb += [
             inp_idx.eq(uop.src + b1["src"]),
@@ -557,22 +564,23 @@ class Compute(wiring.Component):
             core.inp.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
             core.wgt.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
         ]
-        # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s3.
+        # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4.
         with m.If(alu_q):
             with m.If(v3):
                 m.d.comb += acc_buf.r.addr.eq(dst3)
             with m.Else():
                 m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
         with m.Else():
-            m.d.comb += acc_buf.r.addr.eq(dst3)
+            m.d.comb += acc_buf.r.addr.eq(dst4)
         acc_data = acc_buf.r.data[:cfg.acc_tile_bytes * 8]
         lanes = cfg.batch * cfg.block_out
         # Results are registered on their way to the buffers (``wdata``): the acc and out RAMs
-        # are spread over the chip, so the write lands a cycle after the result is formed (GEMM
-        # at the end of s6, ALU of s7). The last micro-op's write then lands in the cycle after
-        # the instruction's last one, before anything can read it: the next compute
+        # are spread over the chip, so the write lands a cycle after the result is formed (at
+        # the end of s7). The last micro-op's write then lands one (ALU) or two (GEMM) cycles
+        # after the instruction's last one, before anything can read it: the next compute
         # instruction reads acc two cycles after its decode at the earliest (an ALU source in
-        # s2), and STORE reads out after its own decode cycle.
+        # s2), and STORE's first out read is latched after its own decode cycle, through a
+        # transparent port.
         width = cfg.acc_tile_bytes * 8
         v6, v7, v8 = Signal(name="v6"), Signal(name="v7"), Signal(name="v8")
         dst6, dst7, dst8 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7, 8))
@@ -581,16 +589,16 @@ class Compute(wiring.Component):
         m.d.sync += [v6.eq(v5), v7.eq(v6), v8.eq(v7), dst6.eq(dst5), dst7.eq(dst6),
                      dst8.eq(dst7), wdata2.eq(wdata)]
 
-        # GEMM: acc[dst] arrives in s4 and is registered, so that the accumulate in s5 starts
-        # from flip-flops rather than from a block-RAM output. The read (at the end of s3)
+        # GEMM: acc[dst] arrives in s5 and is registered, so that the accumulate in s6 starts
+        # from flip-flops rather than from a block-RAM output. The read (at the end of s4)
         # sees the write of the micro-op three ahead (same edge, transparent port) but not
-        # those one and two ahead, written at the end of s4 and s5: their results (in s6 and
-        # s7 when this one accumulates) are forwarded.
-        gemm_acc5 = Signal(width)
-        gemm_hit6 = Signal()
+        # those one and two ahead, written at the end of s5 and s6: their results (in s7 and
+        # s8 when this one accumulates) are forwarded.
+        gemm_acc6 = Signal(width)
         gemm_hit7 = Signal()
-        m.d.sync += [gemm_acc5.eq(acc_data), gemm_hit6.eq(v5 & (dst5 == dst4)),
-                     gemm_hit7.eq(v6 & (dst6 == dst4))]
+        gemm_hit8 = Signal()
+        m.d.sync += [gemm_acc6.eq(acc_data), gemm_hit7.eq(v6 & (dst6 == dst5)),
+                     gemm_hit8.eq(v7 & (dst7 == dst5))]
 
         # ALU: source operand read in s2, destination in s3; in s4 both are taken from the
         # micro-op in s6 (forming its result now), s7 or s8 (results in ``wdata``, ``wdata2``)
@@ -620,16 +628,16 @@ class Compute(wiring.Component):
                 res6.word_select(lane, 32).eq(alu.result),
             ]
 
-        # Results: GEMM in s5, ALU in s6; registered with their destination, then written.
+        # Results, GEMM's and the ALU's, in s6; registered with their destination, then written.
         result = Signal(width)
         wb_valid = Signal()
         wb_dst = Signal(acc_bits)
+        m.d.comb += [wb_valid.eq(v6), wb_dst.eq(dst6)]
         with m.If(alu_q):
-            m.d.comb += [result.eq(res6), wb_valid.eq(v6), wb_dst.eq(dst6)]
+            m.d.comb += result.eq(res6)
         with m.Else():
-            m.d.comb += [wb_valid.eq(v5), wb_dst.eq(dst5)]
             gemm_acc = Signal(width)
-            m.d.comb += gemm_acc.eq(Mux(gemm_hit6, wdata, Mux(gemm_hit7, wdata2, gemm_acc5)))
+            m.d.comb += gemm_acc.eq(Mux(gemm_hit7, wdata, Mux(gemm_hit8, wdata2, gemm_acc6)))
             with m.If(~reset_q):
                 for lane in range(lanes):
                     m.d.comb += result.word_select(lane, 32).eq(

@@ -20,15 +20,22 @@ from accel.isa import InsnFormat, IsaLayout, MemType, Opcode
 
 __all__ = [
     "WRITEBACK_STAGE",
+    "WRITE_AFTER_LAST",
     "BufferGeometry",
     "RtlParams",
     "check_rtl_config",
     "format_layout",
 ]
 
-WRITEBACK_STAGE = {"gemm": 5, "alu": 6}
-"""Pipeline stage (cycles after the micro-op issues) in which GEMM / ALU results are
-written."""
+WRITEBACK_STAGE = {"gemm": 7, "alu": 7}
+"""Pipeline stage (cycles after the micro-op issues) at whose end GEMM / ALU results are written
+into the acc and out buffers."""
+
+WRITE_AFTER_LAST = {"gemm": 2, "alu": 1}
+"""Cycles after an instruction's last cycle in which its last result may still be written:
+nothing reads acc or out earlier (the next compute instruction reads acc two cycles after its
+decode at the earliest, STORE's first out read is latched two cycles after the compute
+instruction's push, through a transparent port). The ALU needs only one."""
 
 
 def _log2(n: int) -> int:
@@ -160,19 +167,22 @@ def check_rtl_config(cfg: HwConfig) -> None:
     ValueError
         ``gemm.depth`` or ``alu.depth`` shorter than the pipeline (micro-op issue, index add,
         buffer read, multiply, adder tree, accumulate: results are written
-        :data:`WRITEBACK_STAGE` cycles after the micro-op issues, so ``depth >= 5 - ii``);
+        :data:`WRITEBACK_STAGE` cycles after the micro-op issues, the last at most
+        :data:`WRITE_AFTER_LAST` cycles after the instruction's last, so
+        ``depth >= 7 - ii - late``: 4 for GEMM at ii 1 and for the ALU at ii 2);
         ``alu.ii`` below 2 (the ALU reads the acc buffer twice per micro-op through one port);
         ``dram.latency`` of 0 (the DRAM port is registered: data comes at least one cycle after
         the request).
     """
     for unit in ("gemm", "alu"):
         p = getattr(cfg, unit)
-        need = WRITEBACK_STAGE[unit] - p.ii
+        stage, late = WRITEBACK_STAGE[unit], WRITE_AFTER_LAST[unit]
+        need = stage - p.ii - late
         if p.depth < need:
             raise ValueError(
                 f"{unit}.depth must be at least {need} cycles for ii={p.ii} (results are "
-                f"written {WRITEBACK_STAGE[unit]} cycles after the micro-op issues), "
-                f"not {p.depth}"
+                f"written {stage} cycles after the micro-op issues, at most {late} after the "
+                f"instruction's last cycle), not {p.depth}"
             )
     if cfg.alu.ii < 2:
         raise ValueError(

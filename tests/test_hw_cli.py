@@ -91,7 +91,8 @@ def test_verilog_command_bad_config(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert cli(["verilog", "--config", str(bad), "-o", str(tmp_path / "x.v")]) == 2
     err = capsys.readouterr().err
     assert err == (f"accel: error: {bad}: gemm.depth must be at least 4 cycles for ii=1 "
-                   "(results are written 5 cycles after the micro-op issues), not 2\n")
+                   "(results are written 7 cycles after the micro-op issues, at most 2 after "
+                   "the instruction's last cycle), not 2\n")
     assert not (tmp_path / "x.v").exists()
 
 

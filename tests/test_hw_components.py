@@ -104,12 +104,14 @@ def test_arbiter_and_dram_port_signatures() -> None:
 # ---------------------------------------------------------------------- error text
 def test_rtl_config_checks(tiny: HwConfig) -> None:
     with pytest.raises(ValueError, match=re.escape(
-            "gemm.depth must be at least 4 cycles for ii=1 (results are written 5 cycles "
-            "after the micro-op issues), not 3")):
+            "gemm.depth must be at least 4 cycles for ii=1 (results are written 7 cycles "
+            "after the micro-op issues, at most 2 after the instruction's last cycle), "
+            "not 3")):
         check_rtl_config(tiny.replace(**{"gemm.depth": 3}))
     with pytest.raises(ValueError, match=re.escape(
-            "alu.depth must be at least 4 cycles for ii=2 (results are written 6 cycles "
-            "after the micro-op issues), not 3")):
+            "alu.depth must be at least 4 cycles for ii=2 (results are written 7 cycles "
+            "after the micro-op issues, at most 1 after the instruction's last cycle), "
+            "not 3")):
         check_rtl_config(tiny.replace(**{"alu.depth": 3}))
     with pytest.raises(ValueError, match=re.escape(
             "alu.ii must be at least 2 (two acc reads per micro-op through one port), not 1")):
@@ -427,15 +429,15 @@ def test_gemm_core_matches_numpy(tiny: HwConfig) -> None:
               rng.integers(-128, 128, (bo, bi), dtype=np.int8)) for _ in range(20)]
 
     async def bench(ctx: object) -> None:
-        for k in range(len(tiles) + 2):
+        for k in range(len(tiles) + 3):
             if k < len(tiles):
                 x, w = tiles[k]
                 ctx.set(dut.inp, int.from_bytes(x.tobytes(), "little"))
                 ctx.set(dut.wgt, int.from_bytes(w.tobytes(), "little"))
             await ctx.tick()
-            if k >= 2:
-                # Three register stages: after edge k + 1 the sums are those of tile k - 2.
-                x, w = tiles[k - 2]
+            if k >= 3:
+                # Four register stages: after edge k + 1 the sums are those of tile k - 3.
+                x, w = tiles[k - 3]
                 want = (x.astype(np.int32) @ w.astype(np.int32).T).astype("<i4")
                 assert ctx.get(dut.sums) == int.from_bytes(want.tobytes(), "little")
 

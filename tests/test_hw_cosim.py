@@ -262,6 +262,26 @@ def test_gemm_accumulates_what_the_previous_micro_ops_wrote(tiny: HwConfig,
     cosim(*b.build())
 
 
+@pytest.mark.parametrize("gemm", [(1, 4), (2, 3)])
+def test_store_sends_the_last_gemm_result(tiny: HwConfig, gemm: tuple[int, int]) -> None:
+    """At the shortest GEMM depth the last result is written two cycles after the GEMM's last
+    one (``hw.params.WRITE_AFTER_LAST``); a STORE waiting for its token, on a DRAM of latency
+    1, reads that element first, through the out buffer's transparent port in the write's
+    cycle."""
+    cfg = tiny.replace(**{"gemm.ii": gemm[0], "gemm.depth": gemm[1], "dram.latency": 1})
+    b = ProgramBuilder(cfg)
+    ia, wa, oa = gemm_tensors(b, 5, inp=4, wgt=2, out=4)
+    b.uops([(3 - i, i, i % 2) for i in range(4)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=4, x_stride=4)
+    b.load(MemType.INP, sram_base=0, dram_base=ia, x_size=4, x_stride=4)
+    b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=2, x_stride=2, push_next=True)
+    b.gemm(uop_bgn=0, uop_end=4, reset=True, pop_prev=True)
+    b.gemm(uop_bgn=0, uop_end=4, push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    cosim(*b.build())
+
+
 def compute_slices(program: Program, dram: Dram) -> list[tuple[str, int, int]]:
     """The timing simulator's compute instructions: (name, start, cycles)."""
     stats = run_program(program, dram.copy(), backend="sim").stats
