@@ -52,9 +52,9 @@ from hw.sram import BufferRead, BufferWrite, SramBuffer
 __all__ = ["CROSS_PARTS", "AluLane", "Compute", "GemmCore", "alu_op", "mul_low32_parts"]
 
 CROSS_PARTS = 4
-"""Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 32
-addends' five adder levels are split three before the register and two (with the low product's
-upper half) after it."""
+"""Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 16
+radix-4 Booth addends' four adder levels are split two before the register and two (with the
+low product's upper half, three) after it."""
 
 
 def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
@@ -104,8 +104,8 @@ def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signa
 
     ``lo = a[:16] * b[:16]`` (unsigned 16 x 16 -> 32 bits: one 18x18 multiplier block) and
     ``sum(cross) = a[16:] * b[:16] + a[:16] * b[16:] mod 2**16`` (:func:`mul_low_lut_parts`,
-    in LUTs, the last levels of its adder tree left to the caller: ``CROSS_PARTS`` partial
-    sums); ``a[16:] * b[16:]`` only reaches bits 32 and up. Signedness does not matter mod
+    in LUTs from a radix-4 Booth recoding of ``b``'s halves, the last levels of its adder tree
+    left to the caller: ``CROSS_PARTS`` partial sums); ``a[16:] * b[16:]`` only reaches bits 32 and up. Signedness does not matter mod
     2**32.
     """
     a = a.as_unsigned()
@@ -113,7 +113,7 @@ def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signa
     lo = Signal(32, name="mul_lo")
     m.d.comb += lo.eq(a[:16] * b[:16])
     cross = mul_low_lut_parts(m, [(a[16:32], b[:16]), (a[:16], b[16:32])], 16, "mul_cross",
-                              parts=CROSS_PARTS)
+                              parts=CROSS_PARTS, booth=True)
     return lo, cross
 
 

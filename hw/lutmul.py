@@ -3,7 +3,7 @@ and balanced adder trees."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 
 __all__ = ["mul_low_lut", "mul_low_lut_parts", "tree_sum"]
 
@@ -28,17 +28,68 @@ def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name:
     return out
 
 
-def mul_low_lut_parts(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
-                      parts: int) -> list[Signal]:
-    """The tree of :func:`mul_low_lut` stopped at ``parts`` partial sums (a power of two):
-    their sum mod ``2**width`` is the result. A caller registers them and adds them in the next
-    cycle, so the tree's levels are split between two pipeline stages."""
-    if parts < 1 or parts & (parts - 1):
-        raise ValueError(f"parts must be a power of two >= 1, not {parts}")
-    nodes: list[tuple[object, int]] = []              # (value, shift): value << shift
+def _binary_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[object, int]]:
+    """Addends ``(value, shift)`` of ``sum(x * y) mod 2**width``: ``x << i`` for each bit
+    ``i`` of ``y`` that is set."""
+    rows = []
     for x, y in pairs:
         for i in range(min(width, len(y))):
-            nodes.append((Mux(y[i], x[:width - i], 0), i))
+            rows.append((Mux(y[i], x[:width - i], 0), i))
+    return rows
+
+
+def _booth_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[object, int]]:
+    """Addends of ``sum(x * y) mod 2**width`` by radix-4 Booth recoding of ``y``: half as many
+    as :func:`_binary_rows`.
+
+    ``y`` (unsigned, zero-extended) is ``sum(d_j * 4**j) mod 2**width`` with digits
+    ``d_j = -2 y[2j+1] + y[2j] + y[2j-1]`` in -2..2, ``j < J = ceil(width / 2)``. Row ``j`` is
+    ``d_j * x`` on the ``width - 2j`` bits it can change: ``x`` or ``2x`` picked per bit and
+    inverted when ``d_j < 0``; the ``+1`` completing that negation sits in the next row's two
+    free bits below its own (each bit a function of five inputs: three of ``y``, two of
+    ``x``). The last row has at most two bits and is formed exactly, so no extra addend is
+    needed.
+    """
+    rows = []
+    for x, y in pairs:
+        def ybit(k: int) -> object:
+            return y[k] if 0 <= k < len(y) else Const(0)
+
+        def xbit(i: int) -> object:
+            return x[i] if 0 <= i < len(x) else Const(0)
+
+        n_digits = (width + 1) // 2
+        carry = None                     # the previous row's +1, when it was negated
+        for j in range(n_digits):
+            hi, mid, lo = ybit(2 * j + 1), ybit(2 * j), ybit(2 * j - 1)
+            one = mid ^ lo                                  # |d| == 1
+            two = (hi & ~mid & ~lo) | (~hi & mid & lo)      # |d| == 2
+            neg = hi & ~(mid & lo)                          # d < 0
+            bits = width - 2 * j
+            sel = [(one & xbit(i)) | (two & xbit(i - 1)) for i in range(bits)]
+            if j == n_digits - 1:                           # one or two bits: exact
+                value = (Cat(*sel) ^ Mux(neg, (1 << bits) - 1, 0)) + neg
+                body = Cat(value[:bits])
+            else:
+                body = Cat(*(b ^ neg for b in sel))
+            if carry is None:
+                rows.append((body, 2 * j))
+            else:
+                rows.append((Cat(carry, Const(0), body), 2 * j - 2))
+            carry = neg
+    return rows
+
+
+def mul_low_lut_parts(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
+                      parts: int, booth: bool = False) -> list[Signal]:
+    """The tree of :func:`mul_low_lut` stopped at ``parts`` partial sums (a power of two):
+    their sum mod ``2**width`` is the result. A caller registers them and adds them in the next
+    cycle, so the tree's levels are split between two pipeline stages. With ``booth`` the
+    addends come from a radix-4 Booth recoding of each ``y`` (:func:`_booth_rows`): half as
+    many, so one adder level fewer, each addend bit a five-input function instead of an AND."""
+    if parts < 1 or parts & (parts - 1):
+        raise ValueError(f"parts must be a power of two >= 1, not {parts}")
+    nodes = _booth_rows(pairs, width) if booth else _binary_rows(pairs, width)
     if not nodes:
         return [Signal(width, name=f"{name}_{k}") for k in range(parts)]
     while len(nodes) > parts:

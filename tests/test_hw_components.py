@@ -420,6 +420,46 @@ def test_lut_multiplier_matches_products() -> None:
     sim.run()
 
 
+@pytest.mark.parametrize(("widths", "width", "parts"), [
+    ((16, 16, 16, 16), 16, 4),      # the ALU's MUL cross terms
+    ((7, 5, 3, 9), 6, 1),           # y shorter and longer than the result, odd result width
+    ((5, 12, 12, 5), 11, 2),
+    ((9, 9, 4, 3), 7, 2),
+])
+def test_booth_lut_multiplier_matches_products(widths: tuple[int, ...], width: int,
+                                               parts: int) -> None:
+    """``mul_low_lut_parts(booth=True)``: the partial sums add up to the low bits of a sum of
+    unsigned products, with half the addends of the AND-gate rows (one adder level fewer)."""
+    from amaranth.hdl import Module, Signal
+
+    from hw.lutmul import _binary_rows, _booth_rows, mul_low_lut_parts
+
+    rng = np.random.default_rng(width)
+    m = Module()
+    sigs = [Signal(w) for w in widths]
+    pairs = [(sigs[0], sigs[1]), (sigs[2], sigs[3])]
+    outs = mul_low_lut_parts(m, pairs, width, "out", parts, booth=True)
+    assert len(outs) == parts
+    assert len(_booth_rows(pairs, width)) == 2 * ((width + 1) // 2)
+    if widths == (16, 16, 16, 16):
+        assert len(_binary_rows(pairs, width)) == 32
+    top = [(1 << w) - 1 for w in widths]
+    cases = [(0, 0, 0, 0), tuple(top), (top[0], 1 << (widths[1] - 1), 1, top[3])]
+    cases += [tuple(int(rng.integers(0, 1 << w)) for w in widths) for _ in range(1500)]
+
+    async def bench(ctx: object) -> None:
+        for values in cases:
+            for sig, v in zip(sigs, values, strict=True):
+                ctx.set(sig, v)
+            a1, b1, a2, b2 = values
+            got = sum(ctx.get(o) for o in outs) % (1 << width)
+            assert got == (a1 * b1 + a2 * b2) % (1 << width), values
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 def test_gemm_core_matches_numpy(tiny: HwConfig) -> None:
     p = RtlParams.of(tiny)
     dut = GemmCore(p)
