@@ -105,8 +105,8 @@ def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signa
     ``lo = a[:16] * b[:16]`` (unsigned 16 x 16 -> 32 bits: one 18x18 multiplier block) and
     ``sum(cross) = a[16:] * b[:16] + a[:16] * b[16:] mod 2**16`` (:func:`mul_low_lut_parts`,
     in LUTs from a radix-4 Booth recoding of ``b``'s halves, the last levels of its adder tree
-    left to the caller: ``CROSS_PARTS`` partial sums); ``a[16:] * b[16:]`` only reaches bits 32 and up. Signedness does not matter mod
-    2**32.
+    left to the caller: ``CROSS_PARTS`` partial sums); ``a[16:] * b[16:]`` only reaches bits
+    32 and up. Signedness does not matter mod 2**32.
     """
     a = a.as_unsigned()
     b = b.as_unsigned()

@@ -50,23 +50,20 @@ def _booth_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[ob
     ``x``). The last row has at most two bits and is formed exactly, so no extra addend is
     needed.
     """
+    def bit(v: object, i: int) -> object:          # zero outside ``v``
+        return v[i] if 0 <= i < len(v) else Const(0)
+
     rows = []
     for x, y in pairs:
-        def ybit(k: int) -> object:
-            return y[k] if 0 <= k < len(y) else Const(0)
-
-        def xbit(i: int) -> object:
-            return x[i] if 0 <= i < len(x) else Const(0)
-
         n_digits = (width + 1) // 2
         carry = None                     # the previous row's +1, when it was negated
         for j in range(n_digits):
-            hi, mid, lo = ybit(2 * j + 1), ybit(2 * j), ybit(2 * j - 1)
+            hi, mid, lo = bit(y, 2 * j + 1), bit(y, 2 * j), bit(y, 2 * j - 1)
             one = mid ^ lo                                  # |d| == 1
             two = (hi & ~mid & ~lo) | (~hi & mid & lo)      # |d| == 2
             neg = hi & ~(mid & lo)                          # d < 0
             bits = width - 2 * j
-            sel = [(one & xbit(i)) | (two & xbit(i - 1)) for i in range(bits)]
+            sel = [(one & bit(x, i)) | (two & bit(x, i - 1)) for i in range(bits)]
             if j == n_digits - 1:                           # one or two bits: exact
                 value = (Cat(*sel) ^ Mux(neg, (1 << bits) - 1, 0)) + neg
                 body = Cat(value[:bits])
