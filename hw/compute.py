@@ -358,9 +358,9 @@ class Compute(wiring.Component):
         ]
         seq_last = Signal()
         m.d.comb += [
-            ctrl.last.eq(eng.last | seq_last | (start & ~is_load & ~is_loop)),
+            ctrl.last.eq(eng.last | seq_last),
             self.issue.eq(start),
-            self.retire.eq(ctrl.last),
+            self.retire.eq(ctrl.retire),
         ]
 
         # ---------------------------------------------------------------- sequencer
@@ -405,6 +405,8 @@ class Compute(wiring.Component):
         empty = Signal()
         m.d.comb += empty.eq((now["end"] == now["bgn"]) | (now["n_out"] == 0)
                              | (now["n_in"] == 0))
+        # One-cycle instructions: FINISH, an empty loop, a LOAD of zero size.
+        m.d.comb += ctrl.single.eq(Mux(is_load, eng.single, ~is_loop | empty))
         first = Signal()
         m.d.comb += first.eq(start & is_loop & ~empty)
         # The micro-op buffer is read a cycle ahead of each issue (see the pipeline below). The
@@ -504,8 +506,6 @@ class Compute(wiring.Component):
                 m.d.sync += draining.eq(0)
             with m.Else():
                 m.d.sync += drain.eq(drain - 1)
-        with m.If(start & is_loop & empty):
-            m.d.comb += seq_last.eq(1)
 
         # ---------------------------------------------------------------- pipeline
         # Micro-op fetch, a cycle ahead of the issue: the buffer is read in the cycle before,

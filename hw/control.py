@@ -60,8 +60,14 @@ class DepControl(wiring.Component):
         ``insn`` is the instruction that was in front in the previous cycle (held, or at the
         queue's head) and did not start then; so a reader can look at the instruction a cycle
         before its decode (the compute module prefetches its first micro-op).
+    single : In
+        From the module: ``insn`` takes one cycle (if it starts now, this is also its last);
+        a function of ``insn`` only, so a push in the decode cycle waits on ``start`` through
+        one gate.
     last : In
-        From the engine: this is the last cycle of ``insn`` (may coincide with ``start``).
+        From the engine: the last cycle of an instruction that started in an earlier cycle.
+    retire : Out
+        The last cycle of an instruction (``start & single``, or ``last``).
     <pop> : In(token stream)
         One per honoured pop flag.
     <push> : Out(token stream)
@@ -89,7 +95,9 @@ class DepControl(wiring.Component):
             "insn": Out(insn_layout),
             "start": Out(1),
             "seen": Out(1),
+            "single": In(1),
             "last": In(1),
+            "retire": Out(1),
         }
         for name in self._pops:
             members[name] = In(token_stream())
@@ -175,18 +183,23 @@ class DepControl(wiring.Component):
         # The held instruction stays; the queue's head changes only when it is taken (then it
         # is held) or when the queue was empty.
         m.d.sync += self.seen.eq((has_insn | self.cmd.valid) & ~self.start)
-        m.d.sync += executing.eq(Mux(self.start, ~self.last, executing & ~self.last))
+        m.d.sync += executing.eq(Mux(self.start, ~self.single, executing & ~self.last))
+        m.d.comb += self.retire.eq((self.start & self.single) | self.last)
 
         running = Signal(self._layout)       # the instruction after its start cycle
         with m.If(self.start):
             m.d.sync += running.eq(self.insn)
-        current = Signal(self._layout)
-        m.d.comb += current.eq(Mux(self.start, self.insn, running))
+        # A push in the decode cycle (a one-cycle instruction) is ``start`` and'ed with flags
+        # of ``insn``; a later one comes from the engine's ``last`` and the running
+        # instruction. ``start`` comes late in the cycle and the pushes feed the token queues'
+        # registered flags.
         pushing = {}
         for name in self._pushes:
             pushing[name] = Signal(name=f"pushing_{name}")
+            now = Signal(name=f"{name}_now")
             m.d.comb += [
-                pushing[name].eq(self.last & getattr(current.mem, name)),
+                now.eq(self.single & getattr(self.insn.mem, name)),
+                pushing[name].eq((self.start & now) | (self.last & getattr(running.mem, name))),
                 getattr(self, name).valid.eq(pushing[name]),
             ]
             m.d.sync += pend[name].eq(Mux(pushing[name], 1, pend[name] & ~ok[name]))

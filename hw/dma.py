@@ -30,6 +30,7 @@ class _Engine(wiring.Component):
         members.update({
             "start": In(1),
             "insn": In(params.formats[Opcode.LOAD]),
+            "single": Out(1),
             "last": Out(1),
             "dram": Out(dram_port(params)),
         })
@@ -76,6 +77,7 @@ class _Engine(wiring.Component):
             s["row_end"].eq(s["burst_end"] & burst_ends_row),
             s["all_end"].eq(s["row_end"] & last_row),
             s["zero"].eq((insn.y_size == 0) | (insn.x_size == 0)),
+            self.single.eq(s["zero"]),
         ]
         # The end-of-burst/row/block tests are registered flags, set when their counters are
         # (``beats_left == 1``, ``row_off + burst == row_bytes``, ``rows_left == 1``), so the
@@ -135,8 +137,10 @@ class LoadEngine(_Engine):
         Decode cycle of a LOAD (``insn`` valid).
     insn : In
         The LOAD instruction (memory-instruction layout).
+    single : Out
+        ``insn`` moves nothing (a zero size): it ends in its decode cycle.
     last : Out
-        The last cycle of the instruction.
+        The last cycle of an instruction that moves something (never its decode cycle).
     dram : Out(DramPort)
         Read requests.
     wr_<buffer> : Out(BufferWrite)
@@ -296,11 +300,8 @@ class LoadEngine(_Engine):
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(self.start):
-                    with m.If(s["zero"]):
-                        m.d.comb += self.last.eq(1)
-                    with m.Else():
-                        m.next = "REQ"
+                with m.If(self.start & ~s["zero"]):
+                    m.next = "REQ"
             with m.State("REQ"):
                 m.d.comb += self.dram.req.valid.eq(1)
                 with m.If(s["granted"]):
@@ -380,7 +381,7 @@ class StoreEngine(_Engine):
 
     Ports
     -----
-    start, insn, last, dram
+    start, insn, single, last, dram
         As for :class:`LoadEngine` (write requests).
     rd : Out(BufferRead)
         Out-buffer reads, one element ahead of the beat that sends it.
@@ -432,11 +433,8 @@ class StoreEngine(_Engine):
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(self.start):
-                    with m.If(s["zero"]):
-                        m.d.comb += self.last.eq(1)
-                    with m.Else():
-                        m.next = "REQ"
+                with m.If(self.start & ~s["zero"]):
+                    m.next = "REQ"
             with m.State("REQ"):
                 m.d.comb += self.dram.req.valid.eq(1)
                 with m.If(s["granted"]):

@@ -73,9 +73,10 @@ class LoadUnit(wiring.Component):
             ctrl.push_next_room.eq(self.l2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
+            ctrl.single.eq(eng.single),
             ctrl.last.eq(eng.last),
             self.issue.eq(ctrl.start),
-            self.retire.eq(eng.last),
+            self.retire.eq(ctrl.retire),
         ]
         return m
 
@@ -134,8 +135,9 @@ class StoreUnit(wiring.Component):
             ctrl.push_prev_room.eq(self.s2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
+            ctrl.single.eq(eng.single),
             ctrl.last.eq(eng.last),
             self.issue.eq(ctrl.start),
-            self.retire.eq(eng.last),
+            self.retire.eq(ctrl.retire),
         ]
         return m
