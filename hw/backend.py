@@ -104,7 +104,7 @@ def run_rtl(
     cfg: HwConfig,
     vcd: str | Path | None = None,
     engine: str = "auto",
-    max_cycles: int = 50_000_000,
+    max_cycles: int | None = None,
     family: str | None = None,
 ) -> tuple[int, RtlStats]:
     """Run ``program`` on the RTL of ``cfg``; ``dram`` is modified in place.
@@ -122,7 +122,9 @@ def run_rtl(
     engine
         ``"auto"``, ``"verilator"`` or ``"amaranth"``.
     max_cycles
-        Give up after this many cycles (a deadlocked program never finishes).
+        Give up after this many cycles; default: twice the timing simulator's count plus
+        1,000. The timing simulator runs first (without data, in a fraction of the RTL's
+        time): a program that deadlocks there is reported before the RTL is started.
     family
         Simulate the netlist built for this FPGA family, with its primitives
         (:mod:`hw.primitives`; Verilator only) instead of the generic one.
@@ -138,7 +140,8 @@ def run_rtl(
     Raises
     ------
     ProgramError
-        Wrong config or invalid program.
+        Wrong config, invalid program, or a deadlock (``sim.errors.SimulationDeadlock``, with
+        the timing simulator's report of who waits on what).
     ValueError
         Unknown engine or family, or a family on the Amaranth engine.
     RuntimeError
@@ -150,6 +153,11 @@ def run_rtl(
         if chosen != "verilator":
             raise ValueError(f"family {family!r} needs the verilator engine, not {chosen}")
     run = prepare_image(program, dram, cfg)
+    if max_cycles is None:
+        from accel.dram import Dram
+        from sim.timing import TimingSimulator
+
+        max_cycles = 2 * TimingSimulator(cfg).run(program, Dram()).cycles + 1000
     if chosen == "amaranth":
         from hw import amaranth_engine
 
