@@ -56,6 +56,7 @@ def _booth_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[ob
     rows = []
     for x, y in pairs:
         n_digits = (width + 1) // 2
+        wide = Cat(x, Const(0, max(0, width - len(x))))    # x on at least ``width`` bits
         carry = None                     # the previous row's +1, when it was negated
         for j in range(n_digits):
             hi, mid, lo = bit(y, 2 * j + 1), bit(y, 2 * j), bit(y, 2 * j - 1)
@@ -63,12 +64,11 @@ def _booth_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[ob
             two = (hi & ~mid & ~lo) | (~hi & mid & lo)      # |d| == 2
             neg = hi & ~(mid & lo)                          # d < 0
             bits = width - 2 * j
-            sel = [(one & bit(x, i)) | (two & bit(x, i - 1)) for i in range(bits)]
-            if j == n_digits - 1:                           # one or two bits: exact
-                value = (Cat(*sel) ^ Mux(neg, (1 << bits) - 1, 0)) + neg
-                body = Cat(value[:bits])
-            else:
-                body = Cat(*(b ^ neg for b in sel))
+            mask = Mux(neg, (1 << bits) - 1, 0)
+            # Whole-row operations (one per row, not per bit: the Verilog stays short).
+            sel = Mux(one, wide[:bits], 0) | Mux(two, Cat(Const(0), wide[:bits - 1]), 0)
+            last = j == n_digits - 1                        # one or two bits: exact
+            body = ((sel ^ mask) + neg)[:bits] if last else (sel ^ mask)[:bits]
             if carry is None:
                 rows.append((body, 2 * j))
             else:
