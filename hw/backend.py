@@ -98,6 +98,23 @@ def _pick_engine(engine: str) -> str:
     return engine
 
 
+_VERILATOR_MAX_CYCLES = 50_000_000
+"""Verilator's default cycle limit (about a minute at its speed on default)."""
+
+
+def _model_cycles(program: Program, cfg: HwConfig) -> int:
+    """The timing simulator's cycles for ``program`` (no data needed).
+
+    Raises
+    ------
+    sim.errors.SimulationDeadlock
+        The program deadlocks (a :class:`ProgramError` naming who waits on what).
+    """
+    from sim.timing import TimingSimulator
+
+    return TimingSimulator(cfg).run(program, Dram()).cycles
+
+
 def run_rtl(
     program: Program,
     dram: Dram,
@@ -122,9 +139,11 @@ def run_rtl(
     engine
         ``"auto"``, ``"verilator"`` or ``"amaranth"``.
     max_cycles
-        Give up after this many cycles; default: twice the timing simulator's count plus
-        1,000. The timing simulator runs first (without data, in a fraction of the RTL's
-        time): a program that deadlocks there is reported before the RTL is started.
+        Give up after this many cycles. Default on Amaranth's simulator: twice the timing
+        simulator's count plus 1,000, the timing simulator run first (without data, in a
+        fraction of this engine's time), so a program that deadlocks is reported before the
+        RTL starts; on Verilator: 50 million (about a minute), and a run that reaches it is
+        then checked with the timing simulator, which reports a deadlock.
     family
         Simulate the netlist built for this FPGA family, with its primitives
         (:mod:`hw.primitives`; Verilator only) instead of the generic one.
@@ -153,20 +172,23 @@ def run_rtl(
         if chosen != "verilator":
             raise ValueError(f"family {family!r} needs the verilator engine, not {chosen}")
     run = prepare_image(program, dram, cfg)
-    if max_cycles is None:
-        from accel.dram import Dram
-        from sim.timing import TimingSimulator
-
-        max_cycles = 2 * TimingSimulator(cfg).run(program, Dram()).cycles + 1000
     if chosen == "amaranth":
         from hw import amaranth_engine
 
+        if max_cycles is None:      # the model takes a fraction of this engine's time
+            max_cycles = 2 * _model_cycles(program, cfg) + 1000
         cycles, counters = amaranth_engine.simulate(cfg, run, vcd=vcd, max_cycles=max_cycles)
     else:
         from hw import verilator
 
-        cycles, counters = verilator.simulate(cfg, run, vcd=vcd, max_cycles=max_cycles,
-                                              family=family)
+        try:
+            cycles, counters = verilator.simulate(
+                cfg, run, vcd=vcd, max_cycles=_VERILATOR_MAX_CYCLES if max_cycles is None
+                else max_cycles, family=family)
+        except RuntimeError as exc:
+            if "did not finish" in str(exc):
+                _model_cycles(program, cfg)     # a deadlock: reported with who waits on what
+            raise
     dram.data[:] = run.image[: run.data_bytes]
     stats = RtlStats(counters)
     stats["engine"] = chosen

@@ -459,6 +459,22 @@ def test_deadlock_is_reported(tiny: HwConfig) -> None:
         run_rtl(program, dram, tiny, engine="amaranth", max_cycles=50)
 
 
+@needs_verilator
+def test_deadlock_is_reported_on_verilator(tiny: HwConfig) -> None:
+    """Verilator runs to its cycle limit (no model run first: it would cost a share of
+    Verilator's time); a run that reaches it is checked with the timing simulator."""
+    b = ProgramBuilder(tiny)
+    b.load(MemType.INP, x_size=0, x_stride=0)          # forgot push_next
+    b.gemm(uop_bgn=0, uop_end=0, pop_prev=True)
+    b.finish()
+    program, dram = b.build()
+    with pytest.raises(ProgramError, match=r"^deadlock at cycle \d+: .*compute"):
+        run_rtl(program, dram, tiny, engine="verilator", max_cycles=300)
+    program, dram = chain_program(tiny)
+    with pytest.raises(RuntimeError, match=r"did not finish within 50 cycles"):
+        run_rtl(program, dram, tiny, engine="verilator", max_cycles=50)
+
+
 def test_run_rtl_amaranth_stats_and_vcd(tiny: HwConfig, tmp_path: Path) -> None:
     program, dram = chain_program(tiny)
     vcd = tmp_path / "wave.vcd"
