@@ -6,7 +6,8 @@ The cycle behaviour is the timing simulator's (``sim.timing._Unit.run``):
    command queue (as soon as there is one);
 2. pop its tokens in order (``pop_prev`` then ``pop_next``), each as soon as it is there;
 3. the cycle in which the last pop succeeds is the instruction's decode cycle (``start``); the
-   execution engine runs from there and flags its ``last`` cycle;
+   execution engine runs from there and flags its ``last`` cycle (an instruction that ends in
+   its decode cycle is flagged ``single`` by the module instead, from the instruction alone);
 4. the pushes are written at the end of the last cycle, so the consumer sees the token in the
    next cycle, exactly when the simulator's ``put`` happens. A push into a queue that already
    holds ``D`` tokens stays *pending* (see :mod:`hw.queues`): the module waits until the
