@@ -443,12 +443,16 @@ def test_run_rtl_errors(tiny: HwConfig, cfg: HwConfig) -> None:
         run_rtl(program, dram, cfg, engine="amaranth")
 
 
-def test_deadlock_is_reported(tiny: HwConfig) -> None:
-    b = ProgramBuilder(tiny)
+def deadlocked_program(cfg: HwConfig) -> tuple[Program, Dram]:
+    b = ProgramBuilder(cfg)
     b.load(MemType.INP, x_size=0, x_stride=0)          # forgot push_next
     b.gemm(uop_bgn=0, uop_end=0, pop_prev=True)
     b.finish()
-    program, dram = b.build()
+    return b.build()
+
+
+def test_deadlock_is_reported(tiny: HwConfig) -> None:
+    program, dram = deadlocked_program(tiny)
     # Reported by the timing simulator before the RTL starts (on the Amaranth engine the
     # default cycle limit would otherwise take hours to reach).
     with pytest.raises(ProgramError, match=r"^deadlock at cycle \d+: .*compute"):
@@ -463,11 +467,7 @@ def test_deadlock_is_reported(tiny: HwConfig) -> None:
 def test_deadlock_is_reported_on_verilator(tiny: HwConfig) -> None:
     """Verilator runs to its cycle limit (no model run first: it would cost a share of
     Verilator's time); a run that reaches it is checked with the timing simulator."""
-    b = ProgramBuilder(tiny)
-    b.load(MemType.INP, x_size=0, x_stride=0)          # forgot push_next
-    b.gemm(uop_bgn=0, uop_end=0, pop_prev=True)
-    b.finish()
-    program, dram = b.build()
+    program, dram = deadlocked_program(tiny)
     with pytest.raises(ProgramError, match=r"^deadlock at cycle \d+: .*compute"):
         run_rtl(program, dram, tiny, engine="verilator", max_cycles=300)
     program, dram = chain_program(tiny)
