@@ -185,9 +185,10 @@ def run_rtl(
             cycles, counters = verilator.simulate(
                 cfg, run, vcd=vcd, max_cycles=_VERILATOR_MAX_CYCLES if max_cycles is None
                 else max_cycles, family=family)
-        except RuntimeError as exc:
-            if "did not finish" in str(exc):
-                _model_cycles(program, cfg)     # a deadlock: reported with who waits on what
+        except RuntimeError:
+            # A run that failed (the cycle limit, typically) on a program that deadlocks is
+            # reported as the deadlock, with who waits on what.
+            _model_cycles(program, cfg)
             raise
     dram.data[:] = run.image[: run.data_bytes]
     stats = RtlStats(counters)
