@@ -42,7 +42,8 @@ class DramPort(wiring.Signature):
     Members
     -------
     req : Out(stream)
-        Requests (:func:`dram_request_layout`); ``ready`` is the grant.
+        Requests (:func:`dram_request_layout`); ``valid & ready`` is the grant (``ready``
+        may rise without ``valid``: the requester would be granted if it asked).
     rsp_valid : In
         Beat strobe of the current transaction.
     rsp_data : In
@@ -123,12 +124,19 @@ class DramArbiter(wiring.Component):
             self.dram.req.payload.eq(payloads[sel]),
             grant.eq(self.dram.req.valid & self.dram.req.ready),
         ]
+        # ``holding[i]``: requester i holds the channel (one-hot, registered beside ``busy``),
+        # so each beat strobe is one gate from flip-flops. A requester's ``ready`` says it is
+        # granted if it asks: it does not wait for its own ``valid`` (the stream transfers on
+        # both), only for those of higher priority: fetch's is one gate of two flip-flops.
+        holding = Signal(n)
+        higher: object = Const(0, 1)
         for i, p in enumerate(ports):
             m.d.comb += [
-                p.req.ready.eq(grant & (sel == i)),
-                p.rsp_valid.eq(self.dram.rsp_valid & busy & (holder == i)),
+                p.req.ready.eq(~busy & self.dram.req.ready & ~higher),
+                p.rsp_valid.eq(self.dram.rsp_valid & holding[i]),
                 p.rsp_data.eq(self.dram.rsp_data),
             ]
+            higher = higher | p.req.valid
         wr = Array(p.wr_data for p in ports)
         m.d.comb += self.dram.wr_data.eq(wr[holder])
 
@@ -137,10 +145,11 @@ class DramArbiter(wiring.Component):
             m.d.sync += [
                 busy.eq(1),
                 holder.eq(sel),
+                holding.eq((Const(1, n) << sel)[:n]),
                 beats_left.eq((nbytes + self._beat_bytes - 1) >> shift),
             ]
         with m.Elif(busy & self.dram.rsp_valid):
             m.d.sync += beats_left.eq(beats_left - 1)
             with m.If(beats_left == 1):
-                m.d.sync += busy.eq(0)
+                m.d.sync += [busy.eq(0), holding.eq(0)]
         return m

@@ -352,7 +352,7 @@ def test_arbiter_grants_by_priority_when_free() -> None:
             beat = busy_beats > 0
             ctx.set(dut.dram.rsp_valid, beat)
             expect = None if busy_beats else next((i for i in range(4) if asking[i]), None)
-            granted = [bool(ctx.get(p.req.ready)) for p in ports]
+            granted = [asking[i] and bool(ctx.get(p.req.ready)) for i, p in enumerate(ports)]
             assert granted == [i == expect for i in range(4)]
             if beat:
                 assert ctx.get(ports[holder].rsp_valid)
