@@ -16,15 +16,18 @@ def tree_sum(terms: list[object], width: int | None = None) -> object:
     return terms[0][:width] if width else terms[0]
 
 
-def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str) -> Signal:
-    """``sum(x * y for x, y in pairs) mod 2**width`` from AND gates and adders (no multiplier).
+def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
+                extra: tuple[object, ...] = (), booth: bool = False) -> Signal:
+    """``(sum(x * y for x, y in pairs) + sum(extra)) mod 2**width`` from AND gates and adders
+    (no multiplier).
 
-    Every bit ``i`` of ``y`` contributes ``x << i`` truncated to ``width`` bits; the addends are
-    summed in a balanced tree in which each node keeps only the bits above its lowest non-zero
-    one, so no adder is wider than the bits it can change. Synthesis maps this to LUTs and
-    carry chains, keeping the FPGA's multiplier blocks for the GEMM array.
+    Every bit ``i`` of ``y`` contributes ``x << i`` truncated to ``width`` bits (with ``booth``,
+    a radix-4 Booth digit of ``y`` contributes a row: :func:`_booth_rows`); the addends and
+    ``extra`` are summed in a balanced tree in which each node keeps only the bits above its
+    lowest non-zero one, so no adder is wider than the bits it can change. Synthesis maps this
+    to LUTs and carry chains, keeping the FPGA's multiplier blocks for the GEMM array.
     """
-    (out,) = mul_low_lut_parts(m, pairs, width, name, parts=1)
+    (out,) = mul_low_lut_parts(m, pairs, width, name, parts=1, booth=booth, extra=extra)
     return out
 
 
@@ -43,7 +46,9 @@ def _booth_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[ob
     as :func:`_binary_rows`.
 
     ``y`` (unsigned, zero-extended) is ``sum(d_j * 4**j) mod 2**width`` with digits
-    ``d_j = -2 y[2j+1] + y[2j] + y[2j-1]`` in -2..2, ``j < J = ceil(width / 2)``. Row ``j`` is
+    ``d_j = -2 y[2j+1] + y[2j] + y[2j-1]`` in -2..2, ``j < J = min(ceil(width / 2),
+    len(y) // 2 + 1)`` (the digits above ``y``'s last are 0, and its last is not negative, so a
+    short ``y`` costs as few rows as it has digits). Row ``j`` is
     ``d_j * x`` on the ``width - 2j`` bits it can change: ``x`` or ``2x`` picked per bit and
     inverted when ``d_j < 0``; the ``+1`` completing that negation sits in the next row's two
     free bits below its own (each bit a function of five inputs: three of ``y``, two of
@@ -55,7 +60,7 @@ def _booth_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[ob
 
     rows = []
     for x, y in pairs:
-        n_digits = (width + 1) // 2
+        n_digits = min((width + 1) // 2, len(y) // 2 + 1)
         wide = Cat(x, Const(0, max(0, width - len(x))))    # x on at least ``width`` bits
         carry = None                     # the previous row's +1, when it was negated
         for j in range(n_digits):
@@ -78,15 +83,18 @@ def _booth_rows(pairs: list[tuple[object, object]], width: int) -> list[tuple[ob
 
 
 def mul_low_lut_parts(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
-                      parts: int, booth: bool = False) -> list[Signal]:
+                      parts: int, booth: bool = False,
+                      extra: tuple[object, ...] = ()) -> list[Signal]:
     """The tree of :func:`mul_low_lut` stopped at ``parts`` partial sums (a power of two):
     their sum mod ``2**width`` is the result. A caller registers them and adds them in the next
     cycle, so the tree's levels are split between two pipeline stages. With ``booth`` the
     addends come from a radix-4 Booth recoding of each ``y`` (:func:`_booth_rows`): half as
-    many, so one adder level fewer, each addend bit a five-input function instead of an AND."""
+    many, so one adder level fewer, each addend bit a five-input function instead of an AND.
+    ``extra`` values are further addends."""
     if parts < 1 or parts & (parts - 1):
         raise ValueError(f"parts must be a power of two >= 1, not {parts}")
     nodes = _booth_rows(pairs, width) if booth else _binary_rows(pairs, width)
+    nodes = [(Cat(v)[:width], 0) for v in extra] + nodes
     if not nodes:
         return [Signal(width, name=f"{name}_{k}") for k in range(parts)]
     while len(nodes) > parts:

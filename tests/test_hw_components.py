@@ -420,6 +420,35 @@ def test_lut_multiplier_matches_products() -> None:
     sim.run()
 
 
+@pytest.mark.parametrize("booth", [False, True])
+def test_lut_multiply_add_matches(booth: bool) -> None:
+    """``mul_low_lut`` with ``extra`` addends, as the DMA engines form a padded block's first
+    address: ``base + y * cols`` with a short ``y`` (Booth: as many rows as its digits)."""
+    from amaranth.hdl import Module, Signal
+
+    from hw.lutmul import _booth_rows
+
+    rng = np.random.default_rng(6)
+    m = Module()
+    cols, y, base, x0 = Signal(18), Signal(4), Signal(11), Signal(4)
+    out = mul_low_lut(m, [(cols, y)], 11, "out", extra=(base, x0), booth=booth)
+    assert len(out) == 11
+    assert len(_booth_rows([(cols, y)], 11)) == 3
+    cases = [(0, 0, 0, 0), ((1 << 18) - 1, 15, (1 << 11) - 1, 15), (5, 8, 3, 1)]
+    cases += [(int(rng.integers(0, 1 << 18)), int(rng.integers(0, 16)),
+               int(rng.integers(0, 1 << 11)), int(rng.integers(0, 16))) for _ in range(400)]
+
+    async def bench(ctx: object) -> None:
+        for c, yv, b, x in cases:
+            for sig, v in zip((cols, y, base, x0), (c, yv, b, x), strict=True):
+                ctx.set(sig, v)
+            assert ctx.get(out) == (c * yv + b + x) % (1 << 11), (c, yv, b, x)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 @pytest.mark.parametrize(("widths", "width", "parts"), [
     ((16, 16, 16, 16), 16, 4),      # the ALU's MUL cross terms
     ((7, 5, 3, 9), 6, 1),           # y shorter and longer than the result, odd result width
@@ -440,7 +469,8 @@ def test_booth_lut_multiplier_matches_products(widths: tuple[int, ...], width: i
     pairs = [(sigs[0], sigs[1]), (sigs[2], sigs[3])]
     outs = mul_low_lut_parts(m, pairs, width, "out", parts, booth=True)
     assert len(outs) == parts
-    assert len(_booth_rows(pairs, width)) == 2 * ((width + 1) // 2)
+    digits = [min((width + 1) // 2, len(y) // 2 + 1) for _, y in pairs]
+    assert len(_booth_rows(pairs, width)) == sum(digits)
     if widths == (16, 16, 16, 16):
         assert len(_binary_rows(pairs, width)) == 32
     top = [(1 << w) - 1 for w in widths]
