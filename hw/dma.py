@@ -36,11 +36,16 @@ class _Engine(wiring.Component):
         })
         super().__init__(members)
 
-    def _walk(self, m: Module, shift: object, write: bool) -> dict[str, Signal]:
-        """Row/burst state and the request logic; returns the signals the data path uses."""
+    def _walk(self, m: Module, shifts: list[int], pick: object, write: bool
+              ) -> dict[str, Signal]:
+        """Row/burst state and the request logic; returns the signals the data path uses.
+
+        ``shifts`` are the element size shifts of the memory types, ``pick`` the index of the
+        decoded instruction's (0 when there is one)."""
         p = self._p
         cfg = p.cfg
         bpc = cfg.dram.bytes_per_cycle
+        max_burst = cfg.dram.max_burst
         beat_shift = (bpc - 1).bit_length()
         size_bits = cfg.isa.size_bits + max(g.elem_shift for g in p.buffers.values())
         insn = self.insn
@@ -48,9 +53,7 @@ class _Engine(wiring.Component):
             "row_dram": Signal(p.dram_addr_bits),
             "stride": Signal(size_bits),
             "row_bytes": Signal(size_bits),
-            "row_off": Signal(size_bits),
             "rows_left": Signal(cfg.isa.size_bits),
-            "burst": Signal(p.burst_bytes_bits),
             "beats_left": Signal(p.burst_bytes_bits),
             "req_bytes": Signal(p.burst_bytes_bits),
             "granted": Signal(),
@@ -60,55 +63,87 @@ class _Engine(wiring.Component):
             "all_end": Signal(),
             "zero": Signal(),
         }
-        remaining = Signal(size_bits)
+        # The next request is kept in registers: its address, its size (``min(rem,
+        # max_burst)`` of the ``rem`` bytes left in the row) and whether it ends the row, each
+        # set when the previous burst or row ends (or at decode), so the request and what the
+        # grant loads come from flip-flops, not from a subtract and a compare.
+        req_addr = Signal(p.dram_addr_bits)
+        rem = Signal(size_bits)
+        ends_row = Signal()
+        first_req = Signal(p.burst_bytes_bits)     # a row's first request, and its flag
+        first_ends_row = Signal()
         one_beat = Signal()
-        burst_ends_row = Signal()
         last_row = Signal()
         m.d.comb += [
-            remaining.eq(s["row_bytes"] - s["row_off"]),
-            s["req_bytes"].eq(Mux(remaining > cfg.dram.max_burst, cfg.dram.max_burst,
-                                  remaining)),
-            self.dram.req.payload.addr.eq(s["row_dram"] + s["row_off"]),
+            self.dram.req.payload.addr.eq(req_addr),
             self.dram.req.payload.bytes.eq(s["req_bytes"]),
             self.dram.req.payload.write.eq(int(write)),
             s["granted"].eq(self.dram.req.valid & self.dram.req.ready),
             s["beat"].eq(self.dram.rsp_valid),
             s["burst_end"].eq(s["beat"] & one_beat),
-            s["row_end"].eq(s["burst_end"] & burst_ends_row),
+            s["row_end"].eq(s["burst_end"] & ends_row),
             s["all_end"].eq(s["row_end"] & last_row),
             s["zero"].eq((insn.y_size == 0) | (insn.x_size == 0)),
             self.single.eq(s["zero"]),
         ]
+        # At decode: ``x_size << shift > max_burst`` is ``x_size > max_burst >> shift``, one
+        # compare per memory type beside the type's decode.
+        shift = Signal(4)
+        long_row = Signal()
+        for i, sh in enumerate(shifts):
+            with m.If(pick == i):
+                m.d.comb += [shift.eq(sh), long_row.eq(insn.x_size > (max_burst >> sh))]
+        row_bytes_now = Signal(size_bits)
+        base_now = Signal(p.dram_addr_bits)
+        req_now = Signal(p.burst_bytes_bits)
+        m.d.comb += [
+            row_bytes_now.eq(insn.x_size << shift),
+            base_now.eq(insn.dram_base << shift),
+            req_now.eq(Mux(long_row, max_burst, row_bytes_now)),
+        ]
         # The end-of-burst/row/block tests are registered flags, set when their counters are
-        # (``beats_left == 1``, ``row_off + burst == row_bytes``, ``rows_left == 1``), so the
-        # beat that ends an instruction reaches ``last`` through a few gates only.
+        # (``beats_left == 1``, ``rem <= max_burst``, ``rows_left == 1``), so the beat that ends
+        # an instruction reaches ``last`` through a few gates only.
         with m.If(self.start):
             m.d.sync += [
-                s["row_dram"].eq(insn.dram_base << shift),
+                s["row_dram"].eq(base_now),
+                req_addr.eq(base_now),
                 s["stride"].eq(insn.x_stride << shift),
-                s["row_bytes"].eq(insn.x_size << shift),
-                s["row_off"].eq(0),
+                s["row_bytes"].eq(row_bytes_now),
+                rem.eq(row_bytes_now),
+                s["req_bytes"].eq(req_now),
+                first_req.eq(req_now),
+                ends_row.eq(~long_row),
+                first_ends_row.eq(~long_row),
                 s["rows_left"].eq(insn.y_size),
                 last_row.eq(insn.y_size == 1),
             ]
         with m.If(s["granted"]):
             m.d.sync += [
-                s["burst"].eq(s["req_bytes"]),
                 s["beats_left"].eq((s["req_bytes"] + bpc - 1) >> beat_shift),
                 one_beat.eq(s["req_bytes"] <= bpc),
-                burst_ends_row.eq(remaining <= cfg.dram.max_burst),
             ]
         with m.Elif(s["beat"]):
             m.d.sync += [s["beats_left"].eq(s["beats_left"] - 1),
                          one_beat.eq(s["beats_left"] == 2)]
-        with m.If(s["burst_end"]):
-            m.d.sync += s["row_off"].eq(s["row_off"] + s["burst"])
+        rem_next = Signal(size_bits)
+        m.d.comb += rem_next.eq(rem - s["req_bytes"])
         with m.If(s["row_end"]):
             m.d.sync += [
-                s["row_off"].eq(0),
                 s["row_dram"].eq(s["row_dram"] + s["stride"]),
+                req_addr.eq(s["row_dram"] + s["stride"]),
+                rem.eq(s["row_bytes"]),
+                s["req_bytes"].eq(first_req),
+                ends_row.eq(first_ends_row),
                 s["rows_left"].eq(s["rows_left"] - 1),
                 last_row.eq(s["rows_left"] == 2),
+            ]
+        with m.Elif(s["burst_end"]):
+            m.d.sync += [
+                req_addr.eq(req_addr + s["req_bytes"]),
+                rem.eq(rem_next),
+                s["req_bytes"].eq(Mux(rem_next > max_burst, max_burst, rem_next)),
+                ends_row.eq(rem_next <= max_burst),
             ]
         return s
 
@@ -176,23 +211,25 @@ class LoadEngine(_Engine):
                 m.d.comb += t_now.eq(i)
         with m.If(self.start):
             m.d.sync += tsel.eq(t_now)
-        shift_now = Signal(4)
         shift_run = Signal(4)
         for i, g in enumerate(geoms):
-            with m.If(t_now == i):
-                m.d.comb += shift_now.eq(g.elem_shift)
             with m.If(tsel == i):
                 m.d.comb += shift_run.eq(g.elem_shift)
-        s = self._walk(m, shift_now, write=False)
+        s = self._walk(m, [g.elem_shift for g in geoms], t_now, write=False)
 
         # Geometry of the padded block, without multipliers. The decode cycle registers a copy
         # of the instruction with the row length ``cols`` and ``sram_base + x_pad_0``; the
-        # setup cycle after it forms ``y_pad_0 * cols`` and ``y_pad_1 * cols`` (pad_bits-wide
-        # shift-and-add) before the first data beat, which comes later still (latency >= 1).
+        # setup cycle after it forms the first data element's address
+        # ``sram_base + x_pad_0 + y_pad_0 * cols`` and the head and tail lengths (each a
+        # pad_bits-wide Booth shift-and-add with one more addend: two adder levels) before the
+        # first data beat, which comes later still (latency >= 1). The padding walk's registers
+        # are set in the cycle after that (``setup2``) from those registered lengths: the padding
+        # is written after the data, so no earlier than the third cycle after decode.
         # The data rows of a block without side padding end where the tail begins, so that jump
         # is taken from ``row_sram`` once the data is in; the walk ends on its last element.
         fields = Signal(self.insn.shape())
         setup = Signal()
+        setup2 = Signal()
         cols_now = Signal(size_bits + 2)
         cols = Signal(size_bits + 2)
         base_x = Signal(addr_bits)
@@ -206,19 +243,13 @@ class LoadEngine(_Engine):
                 no_pad.eq((insn.y_pad_0 == 0) & (insn.y_pad_1 == 0) & (insn.x_pad_0 == 0)
                           & (insn.x_pad_1 == 0)),
             ]
-        m.d.sync += setup.eq(self.start & ~s["zero"])
-        head_rows = mul_low_lut(m, [(cols, fields.y_pad_0)], addr_bits, "head_rows")
-        tail_rows = mul_low_lut(m, [(cols, fields.y_pad_1)], addr_bits + 1, "tail_rows")
-        head = Signal(addr_bits)          # y_pad_0 * cols + x_pad_0
-        head_zero = Signal()
-        mid = Signal(pad_bits + 1)        # x_pad_0 + x_pad_1, between data rows
-        tail = Signal(addr_bits + 1)      # x_pad_1 + y_pad_1 * cols
-        m.d.comb += [
-            head.eq(head_rows + fields.x_pad_0),
-            head_zero.eq((fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)),
-            mid.eq(fields.x_pad_0 + fields.x_pad_1),
-            tail.eq(tail_rows + fields.x_pad_1),
-        ]
+        m.d.sync += [setup.eq(self.start & ~s["zero"]), setup2.eq(setup)]
+        first = mul_low_lut(m, [(cols, fields.y_pad_0)], addr_bits, "first_elem",
+                            extra=(base_x,), booth=True)
+        head = mul_low_lut(m, [(cols, fields.y_pad_0)], addr_bits, "head",
+                           extra=(fields.x_pad_0,), booth=True)   # y_pad_0 * cols + x_pad_0
+        tail = mul_low_lut(m, [(cols, fields.y_pad_1)], addr_bits + 1, "tail",
+                           extra=(fields.x_pad_1,), booth=True)   # x_pad_1 + y_pad_1 * cols
 
         row_sram = Signal(addr_bits)
         elem_ptr = Signal(addr_bits)
@@ -227,65 +258,66 @@ class LoadEngine(_Engine):
         pad_addr = Signal(addr_bits)
         seg_left = Signal(addr_bits + 1)
         pad_rows = Signal(size_bits)
-        mid_q = Signal.like(mid)
-        tail_q = Signal.like(tail)
+        head_q = Signal(addr_bits)
+        mid_q = Signal(pad_bits + 1)      # x_pad_0 + x_pad_1, between data rows
+        tail_q = Signal(addr_bits + 1)
         x_size_q = Signal(size_bits)
         no_pad_q = Signal()
+        head_zero_q = Signal()            # y_pad_0 == x_pad_0 == 0: the padding starts after data
         jump_data = Signal()              # no head and no side padding: start at the tail
 
         # Next padding segment after jumping over data from position ``at`` with ``rows_in`` data
         # rows left: over one row to the side padding between rows (or, after the last, to the
         # tail); without side padding, over all rows at once to the tail, which starts where
-        # the last data row ended (``row_sram``, only used once the data is in). In the setup
-        # cycle this reads the computed geometry, later the registered one.
-        mid_sel = Signal.like(mid)
-        tail_sel = Signal.like(tail)
-        x_size_sel = Signal(size_bits)
+        # the last data row ended (``row_sram``, only used once the data is in). In the
+        # ``setup2`` cycle this starts at the block, later at the walk's position.
         at = Signal(addr_bits)
         rows_in = Signal(size_bits)
-        with m.If(setup):
-            m.d.comb += [mid_sel.eq(mid), tail_sel.eq(tail), x_size_sel.eq(fields.x_size),
-                         at.eq(fields.sram_base), rows_in.eq(fields.y_size)]
+        with m.If(setup2):
+            m.d.comb += [at.eq(fields.sram_base), rows_in.eq(fields.y_size)]
         with m.Else():
-            m.d.comb += [mid_sel.eq(mid_q), tail_sel.eq(tail_q), x_size_sel.eq(x_size_q),
-                         at.eq(pad_addr + 1), rows_in.eq(pad_rows)]
-        def seg_after(mid_len: object, tail_len: object, rows: object) -> object:
+            m.d.comb += [at.eq(pad_addr + 1), rows_in.eq(pad_rows)]
+
+        def seg_after(rows: object) -> object:
             """Length of the segment after a jump: the tail without side padding or after
             the last row, else the side padding between rows."""
-            return Mux((mid_len == 0) | (rows <= 1), tail_len, mid_len)
+            return Mux((mid_q == 0) | (rows <= 1), tail_q, mid_q)
 
         nxt_addr = Signal(addr_bits)
         nxt_seg = Signal(addr_bits + 1)
         nxt_rows = Signal(size_bits)
-        m.d.comb += nxt_seg.eq(seg_after(mid_sel, tail_sel, rows_in))
-        with m.If(mid_sel == 0):
+        m.d.comb += nxt_seg.eq(seg_after(rows_in))
+        with m.If(mid_q == 0):
             m.d.comb += [nxt_addr.eq(row_sram), nxt_rows.eq(0)]
         with m.Else():
-            m.d.comb += [nxt_addr.eq(at + x_size_sel), nxt_rows.eq(rows_in - 1)]
+            m.d.comb += [nxt_addr.eq(at + x_size_q), nxt_rows.eq(rows_in - 1)]
         # The element written now is the last of the padding. Only the PAD state asks, never in
-        # the setup cycle, so this reads the registered geometry alone (no path from the setup
-        # cycle's shift-and-add products to ``last``).
+        # the setup cycles, so this reads the registered geometry alone.
         pad_end = Signal()
         run_seg = Signal.like(nxt_seg)
         m.d.comb += [
-            run_seg.eq(seg_after(mid_q, tail_q, pad_rows)),
+            run_seg.eq(seg_after(pad_rows)),
             pad_end.eq((seg_left == 1) & ((pad_rows == 0) | (run_seg == 0))),
         ]
 
         with m.If(setup):
             m.d.sync += [
-                row_sram.eq(base_x + head_rows),
-                elem_ptr.eq(base_x + head_rows),
+                row_sram.eq(first),
+                elem_ptr.eq(first),
                 no_pad_q.eq(no_pad),
-                mid_q.eq(mid),
+                head_q.eq(head),
+                mid_q.eq(fields.x_pad_0 + fields.x_pad_1),
                 tail_q.eq(tail),
                 x_size_q.eq(fields.x_size),
-                jump_data.eq(head_zero & (mid == 0)),
+                head_zero_q.eq((fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)),
+                jump_data.eq((fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)
+                             & (fields.x_pad_1 == 0)),
             ]
-            with m.If(head_zero):
+        with m.If(setup2):
+            with m.If(head_zero_q):
                 m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg), pad_rows.eq(nxt_rows)]
             with m.Else():
-                m.d.sync += [pad_addr.eq(fields.sram_base), seg_left.eq(head),
+                m.d.sync += [pad_addr.eq(fields.sram_base), seg_left.eq(head_q),
                              pad_rows.eq(fields.y_size)]
 
         # Data path: one write port per target.
@@ -329,38 +361,48 @@ class LoadEngine(_Engine):
                     m.d.comb += self.last.eq(1)
                     m.next = "IDLE"
 
+        # ``step``: elements the next data beat completes, from registers only (the beat strobe
+        # comes late and only enables the pointer's register).
         step = Signal(range(max(g.lanes for g in geoms) + 1))
         for i, (t, g) in enumerate(zip(self._targets, geoms, strict=True)):
             wr = getattr(self, f"wr_{t.buffer}")
             mine = Signal(name=f"mine_{t.buffer}")
             m.d.comb += mine.eq(tsel == i)
+            if g.lanes > 1:
+                n = _lanes_now(m, g, elems_left, t.buffer)
+                step_t: object = n
+            elif g.beats_per_elem > 1:
+                k = g.beats_per_elem
+                elem_done = Signal(name=f"elem_done_{t.buffer}")
+                m.d.comb += elem_done.eq(beat_in_elem == k - 1)
+                step_t = elem_done
+            else:
+                step_t = 1
+            with m.If(mine):
+                m.d.comb += step.eq(step_t)
             with m.If(padding & mine):
                 m.d.comb += [wr.addr.eq(pad_addr), wr.en.eq(1), wr.data.eq(0)]
             with m.Elif(loading & mine):
                 if g.lanes > 1:
-                    n = _lanes_now(m, g, elems_left, t.buffer)
                     m.d.comb += [
                         wr.addr.eq(elem_ptr),
                         wr.en.eq((Const(1, g.lanes + 1) << n) - 1),
                         wr.data.eq(self.dram.rsp_data),
-                        step.eq(n),
                     ]
                     m.d.sync += elems_left.eq(elems_left - n)
                 elif g.beats_per_elem > 1:
-                    k = g.beats_per_elem
                     w = p.beat_bits
                     full = Signal(g.elem_bits, name=f"elem_{t.buffer}")
                     m.d.comb += full.eq(Cat(shreg[w * (max_beats - k):], self.dram.rsp_data))
                     m.d.sync += shreg.eq(Cat(shreg[w:], self.dram.rsp_data))
-                    with m.If(beat_in_elem == k - 1):
-                        m.d.comb += [wr.addr.eq(elem_ptr), wr.en.eq(1), wr.data.eq(full),
-                                     step.eq(1)]
+                    with m.If(elem_done):
+                        m.d.comb += [wr.addr.eq(elem_ptr), wr.en.eq(1), wr.data.eq(full)]
                         m.d.sync += beat_in_elem.eq(0)
                     with m.Else():
                         m.d.sync += beat_in_elem.eq(beat_in_elem + 1)
                 else:
                     m.d.comb += [wr.addr.eq(elem_ptr), wr.en.eq(1),
-                                 wr.data.eq(self.dram.rsp_data), step.eq(1)]
+                                 wr.data.eq(self.dram.rsp_data)]
         with m.If(self.start):
             m.d.sync += beat_in_elem.eq(0)
         with m.If(loading):
@@ -395,7 +437,7 @@ class StoreEngine(_Engine):
         p = self._p
         g = p.buffers["out"]
         insn = self.insn
-        s = self._walk(m, g.elem_shift, write=True)
+        s = self._walk(m, [g.elem_shift], Const(0), write=True)
         elem_ptr = Signal(g.addr_bits)
         elems_left = Signal(p.cfg.dram.max_burst.bit_length() + 1)
         beat_in_elem = Signal(range(g.beats_per_elem + 1))
