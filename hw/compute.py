@@ -57,16 +57,21 @@ radix-4 Booth addends' four adder levels are split two before the register and t
 low product's upper half, three) after it."""
 
 
-def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
-    """MIN/MAX/ADD/SHR on 32-bit signed operands (``sim.functional.alu_apply`` semantics).
+def alu_op(m: Module, op: object, a: object, b: object) -> tuple[Signal, Signal]:
+    """MIN/MAX/ADD/SHR on 32-bit signed operands (``sim.functional.alu_apply`` semantics), as
+    ``(value, pick_a)``: the result is ``a`` where ``pick_a`` is set, else ``value``.
 
-    SHR by ``b``: arithmetic right shift by ``min(b, 31)`` when ``b >= 0``, else left shift by
-    ``-b`` (zero once ``-b >= 32``). ADD keeps the low 32 bits. MUL is not computed here (the
-    result is 0): :class:`AluLane` builds it from :func:`mul_low32_parts`.
+    MIN and MAX give ``value = b`` and ``pick_a`` from the compare, so :class:`AluLane` can
+    register the compare's one bit and pick between its registered operands in the next
+    stage (no 32-bit mux behind the compare's carry chain in this one); ADD and SHR give their
+    result. SHR by ``b``: arithmetic right shift by ``min(b, 31)`` when ``b >= 0``, else left
+    shift by ``-b`` (zero once ``-b >= 32``). ADD keeps the low 32 bits. MUL is not computed
+    here (``value`` is 0): :class:`AluLane` builds it from :func:`mul_low32_parts`.
     """
     a = a.as_signed()
     b = b.as_signed()
-    res = Signal(signed(32), name="alu_result")
+    res = Signal(signed(32), name="alu_value")
+    pick_a = Signal(name="alu_pick_a")
     # SHR: both shifters take their amounts straight from b's low bits (``-b`` mod 32 for the
     # left shift), and b's range picks among them afterwards, in parallel with the shifting:
     # b in 0..31 shifts right, b > 31 leaves the sign, b in -31..-1 shifts left, else 0.
@@ -74,17 +79,19 @@ def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
     shl = Signal(32, name="shl_value")
     high_zero = Signal(name="shr_high_zero")        # b[5:32] all zeros: 0 <= b <= 31
     high_ones = Signal(name="shr_high_ones")        # b[5:32] all ones: -32 <= b <= -1
+    less = Signal(name="alu_less")
     m.d.comb += [
         shr.eq(a >> b[:5]),
         shl.eq(a << (0 - b[:5])[:5]),
         high_zero.eq(b[5:] == 0),
         high_ones.eq(b[5:] == (1 << 27) - 1),
+        less.eq(a < b),
     ]
     with m.Switch(op):
         with m.Case(int(AluOp.MIN)):
-            m.d.comb += res.eq(Mux(a < b, a, b))
+            m.d.comb += [res.eq(b), pick_a.eq(less)]
         with m.Case(int(AluOp.MAX)):
-            m.d.comb += res.eq(Mux(a > b, a, b))
+            m.d.comb += [res.eq(b), pick_a.eq(~less)]     # a == b: either
         with m.Case(int(AluOp.ADD)):
             m.d.comb += res.eq(a + b)
         with m.Case(int(AluOp.SHR)):
@@ -96,7 +103,7 @@ def alu_op(m: Module, op: object, a: object, b: object) -> Signal:
                 m.d.comb += res.eq(shl)
             with m.Else():
                 m.d.comb += res.eq(0)
-    return res
+    return res, pick_a
 
 
 def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signal]]:
@@ -120,7 +127,8 @@ def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signa
 class AluLane(wiring.Component):
     """One 32-bit ALU lane with a register stage: the result of ``op(a, b)`` one cycle later.
 
-    MIN/MAX/ADD/SHR results are registered; MUL registers its partial products
+    ADD/SHR results are registered, MIN/MAX's compare bit and both operands (the pick
+    follows the register); MUL registers its partial products
     (:func:`mul_low32_parts`) and adds them after the register, so one lane costs one multiplier
     block (the 45F's 72 blocks then hold the default 1x8x8 GEMM array and its 8 ALU lanes).
 
@@ -144,14 +152,18 @@ class AluLane(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        other = alu_op(m, self.op, self.a, self.b)
+        other, pick_a = alu_op(m, self.op, self.a, self.b)
         lo, cross = mul_low32_parts(m, self.a, self.b)
         other_q = Signal(signed(32))
+        a_q = Signal(signed(32))
+        pick_q = Signal()
         lo_q = Signal(32)
         cross_q = [Signal(16, name=f"cross_q{k}") for k in range(len(cross))]
         mul_q = Signal()
         m.d.sync += [
             other_q.eq(other),
+            a_q.eq(self.a),
+            pick_q.eq(pick_a),
             lo_q.eq(lo),
             mul_q.eq(self.op == int(AluOp.MUL)),
         ]
@@ -160,7 +172,7 @@ class AluLane(wiring.Component):
         product = Signal(32)
         m.d.comb += [
             product.eq(Cat(lo_q[:16], high)),
-            self.result.eq(Mux(mul_q, product, other_q)),
+            self.result.eq(Mux(mul_q, product, Mux(pick_q, a_q, other_q))),
         ]
         return m
 
