@@ -62,6 +62,7 @@ class _Engine(wiring.Component):
             "row_end": Signal(),
             "all_end": Signal(),
             "zero": Signal(),
+            "asking": Signal(),     # the REQ state as a flip-flop of its own: the request
         }
         # The next request is kept in registers: its address, its size (``min(rem,
         # max_burst)`` of the ``rem`` bytes left in the row) and whether it ends the row, each
@@ -78,6 +79,7 @@ class _Engine(wiring.Component):
             self.dram.req.payload.addr.eq(req_addr),
             self.dram.req.payload.bytes.eq(s["req_bytes"]),
             self.dram.req.payload.write.eq(int(write)),
+            self.dram.req.valid.eq(s["asking"]),
             s["granted"].eq(self.dram.req.valid & self.dram.req.ready),
             s["beat"].eq(self.dram.rsp_valid),
             s["burst_end"].eq(s["beat"] & one_beat),
@@ -278,14 +280,18 @@ class LoadEngine(_Engine):
         with m.Else():
             m.d.comb += [at.eq(pad_addr + 1), rows_in.eq(pad_rows)]
 
-        def seg_after(rows: object) -> object:
+        def seg_after(rows: object, of: object = lambda v: v) -> object:
             """Length of the segment after a jump: the tail without side padding or after
-            the last row, else the side padding between rows."""
-            return Mux((mid_q == 0) | (rows <= 1), tail_q, mid_q)
+            the last row, else the side padding between rows (``of`` it: a flag of both
+            lengths, picked like them)."""
+            return Mux((mid_q == 0) | (rows <= 1), of(tail_q), of(mid_q))
 
         nxt_addr = Signal(addr_bits)
         nxt_seg = Signal(addr_bits + 1)
         nxt_rows = Signal(size_bits)
+        # ``seg_left > 1`` and ``== 1`` are registered flags, set with ``seg_left``.
+        seg_big = Signal()
+        seg_one = Signal()
         m.d.comb += nxt_seg.eq(seg_after(rows_in))
         with m.If(mid_q == 0):
             m.d.comb += [nxt_addr.eq(row_sram), nxt_rows.eq(0)]
@@ -294,11 +300,8 @@ class LoadEngine(_Engine):
         # The element written now is the last of the padding. Only the PAD state asks, never in
         # the setup cycles, so this reads the registered geometry alone.
         pad_end = Signal()
-        run_seg = Signal.like(nxt_seg)
-        m.d.comb += [
-            run_seg.eq(seg_after(pad_rows)),
-            pad_end.eq((seg_left == 1) & ((pad_rows == 0) | (run_seg == 0))),
-        ]
+        m.d.comb += pad_end.eq(seg_one & ((pad_rows == 0)
+                                          | seg_after(pad_rows, lambda v: v == 0)))
 
         with m.If(setup):
             m.d.sync += [
@@ -313,12 +316,18 @@ class LoadEngine(_Engine):
                 jump_data.eq((fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)
                              & (fields.x_pad_1 == 0)),
             ]
+        def next_segment() -> None:
+            m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg), pad_rows.eq(nxt_rows),
+                         seg_big.eq(seg_after(rows_in, lambda v: v > 1)),
+                         seg_one.eq(seg_after(rows_in, lambda v: v == 1))]
+
         with m.If(setup2):
             with m.If(head_zero_q):
-                m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg), pad_rows.eq(nxt_rows)]
+                next_segment()
             with m.Else():
                 m.d.sync += [pad_addr.eq(fields.sram_base), seg_left.eq(head_q),
-                             pad_rows.eq(fields.y_size)]
+                             pad_rows.eq(fields.y_size), seg_big.eq(head_q > 1),
+                             seg_one.eq(head_q == 1)]
 
         # Data path: one write port per target.
         elems_left = Signal(cfg.dram.max_burst.bit_length() + 1)
@@ -334,10 +343,11 @@ class LoadEngine(_Engine):
             with m.State("IDLE"):
                 with m.If(self.start & ~s["zero"]):
                     m.next = "REQ"
+                    m.d.sync += s["asking"].eq(1)
             with m.State("REQ"):
-                m.d.comb += self.dram.req.valid.eq(1)
                 with m.If(s["granted"]):
                     m.next = "XFER"
+                    m.d.sync += s["asking"].eq(0)
             with m.State("XFER"):
                 m.d.comb += loading.eq(s["beat"])
                 with m.If(s["all_end"]):
@@ -350,13 +360,14 @@ class LoadEngine(_Engine):
                             m.d.sync += pad_addr.eq(row_sram + cols)
                 with m.Elif(s["burst_end"]):
                     m.next = "REQ"
+                    m.d.sync += s["asking"].eq(1)
             with m.State("PAD"):
                 m.d.comb += padding.eq(1)
-                with m.If(seg_left > 1):
-                    m.d.sync += [pad_addr.eq(pad_addr + 1), seg_left.eq(seg_left - 1)]
+                with m.If(seg_big):
+                    m.d.sync += [pad_addr.eq(pad_addr + 1), seg_left.eq(seg_left - 1),
+                                 seg_big.eq(seg_left > 2), seg_one.eq(seg_left == 2)]
                 with m.Else():
-                    m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg),
-                                 pad_rows.eq(nxt_rows)]
+                    next_segment()
                 with m.If(pad_end):
                     m.d.comb += self.last.eq(1)
                     m.next = "IDLE"
@@ -477,10 +488,11 @@ class StoreEngine(_Engine):
             with m.State("IDLE"):
                 with m.If(self.start & ~s["zero"]):
                     m.next = "REQ"
+                    m.d.sync += s["asking"].eq(1)
             with m.State("REQ"):
-                m.d.comb += self.dram.req.valid.eq(1)
                 with m.If(s["granted"]):
                     m.next = "XFER"
+                    m.d.sync += s["asking"].eq(0)
             with m.State("XFER"):
                 m.d.comb += sending.eq(s["beat"])
                 with m.If(s["all_end"]):
@@ -488,4 +500,5 @@ class StoreEngine(_Engine):
                     m.next = "IDLE"
                 with m.Elif(s["burst_end"]):
                     m.next = "REQ"
+                    m.d.sync += s["asking"].eq(1)
         return m

@@ -104,7 +104,9 @@ class Fetch(wiring.Component):
             self.dram.wr_data.eq(0),
         ]
         granted = Signal()
-        m.d.comb += granted.eq(self.dram.req.valid & self.dram.req.ready)
+        asking = Signal()       # the REQ state as a flip-flop of its own: the request
+        m.d.comb += [self.dram.req.valid.eq(asking & ok),
+                     granted.eq(self.dram.req.valid & self.dram.req.ready)]
         beat = Signal()
         m.d.comb += beat.eq(self.dram.rsp_valid)
 
@@ -133,11 +135,13 @@ class Fetch(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start & (self.insn_count != 0)):
-                    m.d.sync += [ptr.eq(self.insn_addr), left.eq(self.insn_count), pend.eq(0)]
+                    m.d.sync += [ptr.eq(self.insn_addr), left.eq(self.insn_count), pend.eq(0),
+                                 asking.eq(1)]
                     m.next = "REQ"
             with m.State("REQ"):
-                m.d.comb += [self.busy.eq(1), self.dram.req.valid.eq(ok)]
+                m.d.comb += self.busy.eq(1)
                 with m.If(granted):
+                    m.d.sync += asking.eq(0)
                     m.d.sync += [
                         k.eq(k_now), j.eq(0), wr_ptr.eq(0), beat_in.eq(0), pend.eq(0),
                         beats_left.eq((k_now * (INSN_BITS // 8) + bpc - 1)
@@ -164,6 +168,7 @@ class Fetch(wiring.Component):
                             m.next = "IDLE"
                         with m.Else():
                             m.next = "REQ"
+                            m.d.sync += asking.eq(1)
 
         # Beats -> instruction buffer.
         with m.If(beat):
