@@ -36,12 +36,12 @@ GEMM's a cycle later still (:data:`hw.params.WRITE_AFTER_LAST`): nothing reads t
 from __future__ import annotations
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from accel.isa import AluOp, MemType, Opcode
 from hw.control import DepControl
-from hw.dma import LoadEngine
+from hw.dma import LoadEngine, mem_predecode
 from hw.dram import dram_port
 from hw.lutmul import mul_low_lut_parts, tree_sum
 from hw.params import RtlParams
@@ -49,12 +49,54 @@ from hw.primitives import family_of, mult18x18d
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer
 
-__all__ = ["CROSS_PARTS", "AluLane", "Compute", "GemmCore", "alu_op", "mul_low32_parts"]
+__all__ = ["COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "GemmCore", "alu_op",
+           "compute_predecode", "mul_low32_parts"]
 
 CROSS_PARTS = 4
 """Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 16
 radix-4 Booth addends' four adder levels are split two before the register and two (with the
 low product's upper half, three) after it."""
+
+
+COMPUTE_PRE = data.StructLayout({
+    "alu": 1,       # ALU (else the loop fields are GEMM's)
+    "loop": 1,      # GEMM or ALU
+    "load": 1,      # LOAD (UOP or ACC)
+    "finish": 1,    # FINISH
+    "empty": 1,     # a loop with no micro-op to issue: uop_end == uop_bgn or a zero count
+    "one": 1,       # uop_bgn + 1 == uop_end: a kernel of one micro-op
+    "two": 1,       # uop_bgn + 2 == uop_end
+    "in1": 1,       # iter_in == 1
+    "out1": 1,      # iter_out == 1
+    "zero": 1,      # a LOAD that moves nothing (:func:`hw.dma.mem_predecode`)
+})
+"""What the compute command queue stores beside each instruction (:func:`compute_predecode`):
+the decode's compares of the instruction's fields, done when fetch writes it."""
+
+
+def compute_predecode(insn: object) -> object:
+    """The :data:`COMPUTE_PRE` bits of an instruction (a view of ``RtlParams.insn_layout``)."""
+    opcode = insn.raw[:3]
+    alu = opcode == int(Opcode.ALU)
+
+    def field(name: str) -> object:
+        return Mux(alu, getattr(insn.alu, name), getattr(insn.gemm, name))
+
+    bgn, end = field("uop_bgn"), field("uop_end")
+    n_out, n_in = field("iter_out"), field("iter_in")
+    bits = {
+        "alu": alu,
+        "loop": alu | (opcode == int(Opcode.GEMM)),
+        "load": opcode == int(Opcode.LOAD),
+        "finish": opcode == int(Opcode.FINISH),
+        "empty": (end == bgn) | (n_out == 0) | (n_in == 0),
+        "one": bgn + 1 == end,
+        "two": bgn + 2 == end,
+        "in1": n_in == 1,
+        "out1": n_out == 1,
+        "zero": mem_predecode(insn),
+    }
+    return Cat(*(bits[name] for name in COMPUTE_PRE.members))
 
 
 def alu_op(m: Module, op: object, a: object, b: object) -> tuple[Signal, Signal]:
@@ -257,6 +299,8 @@ class Compute(wiring.Component):
     -----
     cmd : In(stream)
         The compute command queue.
+    cmd_pre : In(COMPUTE_PRE)
+        :func:`compute_predecode` of the queue's head.
     l2c, s2c : In(token stream)
         Tokens popped (``pop_prev`` from load, ``pop_next`` from store).
     c2l, c2s : Out(token stream)
@@ -277,10 +321,14 @@ class Compute(wiring.Component):
         Decode cycle / last cycle of an instruction (for tracing).
     """
 
+    predecode = staticmethod(compute_predecode)
+    """What the command queue stores beside each instruction (``cmd_pre``)."""
+
     def __init__(self, params: RtlParams) -> None:
         self._p = params
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
+            "cmd_pre": In(COMPUTE_PRE),
             "l2c": In(token_stream()),
             "s2c": In(token_stream()),
             "c2l": Out(token_stream()),
@@ -336,7 +384,7 @@ class Compute(wiring.Component):
         cfg = p.cfg
         m.submodules.control = ctrl = DepControl(
             p.insn_layout, pops=("pop_prev", "pop_next"), pushes=("push_prev", "push_next"),
-            token_depth=p.token_depth)
+            token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size)
         m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
         m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
                                                        read_lanes=max(2, p.buffers["uop"].lanes))
@@ -357,16 +405,19 @@ class Compute(wiring.Component):
         ]
 
         insn = ctrl.insn
-        opcode = insn.raw[:3]
+        # The decode's compares of the instruction come predecoded from the command queue.
+        pre = Signal(COMPUTE_PRE)
         start = ctrl.start
         is_load = Signal()
         is_loop = Signal()
         m.d.comb += [
-            is_load.eq(opcode == int(Opcode.LOAD)),
-            is_loop.eq((opcode == int(Opcode.GEMM)) | (opcode == int(Opcode.ALU))),
+            ctrl.cmd_pre.eq(self.cmd_pre),
+            pre.eq(ctrl.insn_pre),
+            is_load.eq(pre.load),
+            is_loop.eq(pre.loop),
             eng.start.eq(start & is_load),
             eng.insn.eq(insn.mem),
-            self.finish.eq(start & (opcode == int(Opcode.FINISH))),
+            self.finish.eq(start & pre.finish),
         ]
         seq_last = Signal()
         m.d.comb += [
@@ -380,7 +431,7 @@ class Compute(wiring.Component):
         # cycle they come from the instruction (``now``), later from registers (``held``).
         g, a = insn.gemm, insn.alu
         is_alu_now = Signal()
-        m.d.comb += is_alu_now.eq(opcode == int(Opcode.ALU))
+        m.d.comb += is_alu_now.eq(pre.alu)
         now: dict[str, object] = {
             name: Mux(is_alu_now, getattr(a, field), getattr(g, field))
             for name, field in (("bgn", "uop_bgn"), ("end", "uop_end"), ("n_out", "iter_out"),
@@ -415,10 +466,9 @@ class Compute(wiring.Component):
                 imm_q.eq(a.imm),
             ]
         empty = Signal()
-        m.d.comb += empty.eq((now["end"] == now["bgn"]) | (now["n_out"] == 0)
-                             | (now["n_in"] == 0))
+        m.d.comb += empty.eq(pre.empty)
         # One-cycle instructions: FINISH, an empty loop, a LOAD of zero size.
-        m.d.comb += ctrl.single.eq(Mux(is_load, eng.single, ~is_loop | empty))
+        m.d.comb += ctrl.single.eq(Mux(is_load, pre.zero, ~is_loop | empty))
         first = Signal()
         m.d.comb += first.eq(start & is_loop & ~empty)
         # The micro-op buffer is read a cycle ahead of each issue (see the pipeline below). The
@@ -473,15 +523,15 @@ class Compute(wiring.Component):
         j_next = pick(1, j_q + 1)
         i_next = pick(1, i_q + 1)
         one_now = Signal()          # a kernel of one micro-op
-        m.d.comb += one_now.eq(nw["bgn"] + 1 == nw["end"])
+        m.d.comb += one_now.eq(pre.one)
         one_q = Signal()
         with m.If(start & is_loop):
             m.d.sync += one_q.eq(one_now)
         u_wrap = pick(one_now, u_last_q)
-        u_last_next = pick(nw["bgn"] + 2 == nw["end"], u_q + 2 == held["end"])  # of u_next
+        u_last_next = pick(pre.two, u_q + 2 == held["end"])  # of u_next
         one = pick(one_now, one_q)
-        j_wrap = pick(nw["n_in"] == 1, j_q + 1 == held["n_in"])
-        i_wrap = pick(nw["n_out"] == 1, i_q + 1 == held["n_out"])
+        j_wrap = pick(pre.in1, j_q + 1 == held["n_in"])
+        i_wrap = pick(pre.out1, i_q + 1 == held["n_out"])
         stepped = {k: pick(nw[k], base_q[k] + held[k]) for k in factors}   # base + factor
         issue = Signal()
         wait_zero = Signal()

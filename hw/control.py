@@ -48,6 +48,9 @@ class DepControl(wiring.Component):
         ``("pop_next",)`` and ``("push_next",)`` for load.
     token_depth
         Token queue capacity ``D``.
+    pre_bits
+        Width of the command queue's predecoded bits (:class:`~hw.queues.CommandQueue`'s
+        ``predecode``), 0 for none.
 
     Ports
     -----
@@ -57,6 +60,10 @@ class DepControl(wiring.Component):
         The instruction that starts when ``start`` is high (valid in that cycle only).
     start : Out
         This is the decode cycle of ``insn``.
+    cmd_pre : In
+        With ``pre_bits``: the predecoded bits of the queue's head.
+    insn_pre : Out
+        With ``pre_bits``: those of ``insn`` (held ones are registered with it).
     seen : Out
         ``insn`` is the instruction that was in front in the previous cycle (held, or at the
         queue's head) and did not start then; so a reader can look at the instruction a cycle
@@ -80,7 +87,7 @@ class DepControl(wiring.Component):
     """
 
     def __init__(self, insn_layout: data.Layout, pops: tuple[str, ...],
-                 pushes: tuple[str, ...], token_depth: int) -> None:
+                 pushes: tuple[str, ...], token_depth: int, pre_bits: int = 0) -> None:
         for name in pops:
             if name not in _POPS:
                 raise ValueError(f"pops must be a subset of {_POPS}, not {pops!r}")
@@ -91,6 +98,7 @@ class DepControl(wiring.Component):
         self._pops = tuple(p for p in _POPS if p in pops)
         self._pushes = tuple(p for p in _PUSHES if p in pushes)
         self._depth = token_depth
+        self._pre_bits = pre_bits
         members: dict[str, object] = {
             "cmd": In(stream.Signature(insn_layout)),
             "insn": Out(insn_layout),
@@ -100,6 +108,9 @@ class DepControl(wiring.Component):
             "last": In(1),
             "retire": Out(1),
         }
+        if pre_bits:
+            members["cmd_pre"] = In(pre_bits)
+            members["insn_pre"] = Out(pre_bits)
         for name in self._pops:
             members[name] = In(token_stream())
         for name in self._pushes:
@@ -177,6 +188,11 @@ class DepControl(wiring.Component):
 
         with m.If(take):
             m.d.sync += [insn_q.eq(self.cmd.payload), has_insn.eq(1)]
+        if self._pre_bits:
+            pre_q = Signal(self._pre_bits)
+            with m.If(take):
+                m.d.sync += pre_q.eq(self.cmd_pre)
+            m.d.comb += self.insn_pre.eq(Mux(has_insn, pre_q, self.cmd_pre))
         for name in self._pops:
             m.d.sync += need[name].eq(fire[f"{name}:want"] & ~fire[name])
         with m.If(self.start):

@@ -19,7 +19,13 @@ from hw.lutmul import mul_low_lut
 from hw.params import BufferGeometry, RtlParams
 from hw.sram import BufferRead, BufferWrite
 
-__all__ = ["LoadEngine", "StoreEngine"]
+__all__ = ["LoadEngine", "StoreEngine", "mem_predecode"]
+
+
+def mem_predecode(insn: object) -> object:
+    """The bit a LOAD or STORE's command queue stores beside it (``CommandQueue``'s
+    ``predecode``): it moves nothing (a zero size), so it ends in its decode cycle."""
+    return (insn.mem.y_size == 0) | (insn.mem.x_size == 0)
 
 
 class _Engine(wiring.Component):

@@ -13,8 +13,10 @@ A consumer sees no difference: with ``D`` or ``D + 1`` entries present it can ta
 
 from __future__ import annotations
 
-from amaranth.hdl import Module, Mux, ShapeLike, Signal
-from amaranth.lib import stream, wiring
+from collections.abc import Callable
+
+from amaranth.hdl import Module, Mux, ShapeLike, Signal, Value
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -62,6 +64,10 @@ class CommandQueue(wiring.Component):
         Shape of an entry (an instruction layout).
     depth
         Configured capacity ``D`` (``cfg.queues.cmd_depth``).
+    predecode
+        Optional: a function of an entry (a view of ``shape``) to a value computed when the
+        entry is written and stored beside it, so that the consumer reads it from flip-flops
+        (``r_pre``) rather than forming it from the head in its own cycle.
 
     Ports
     -----
@@ -69,21 +75,30 @@ class CommandQueue(wiring.Component):
         Entries from fetch.
     r : Out(stream)
         Entries to the module; ``valid`` while non-empty.
+    r_pre : Out
+        With ``predecode``: ``predecode`` of the head entry.
     level : Out
         Entries held, ``0 .. depth + 1``.
     room : Out
         ``level <= depth``: a pending put is accepted now.
     """
 
-    def __init__(self, shape: ShapeLike, depth: int) -> None:
+    def __init__(self, shape: ShapeLike, depth: int,
+                 predecode: Callable[[object], Value] | None = None) -> None:
         self._shape = shape
         self._depth = _check_depth(depth)
-        super().__init__({
+        self._predecode = predecode
+        members = {
             "w": In(stream.Signature(shape)),
             "r": Out(stream.Signature(shape)),
             "level": Out(range(depth + 2)),
             "room": Out(1, init=1),
-        })
+        }
+        self._pre_bits = 0
+        if predecode is not None:
+            self._pre_bits = len(Value.cast(predecode(Signal(shape))))
+            members["r_pre"] = Out(self._pre_bits)
+        super().__init__(members)
 
     @property
     def shape(self) -> ShapeLike:
@@ -99,7 +114,8 @@ class CommandQueue(wiring.Component):
         slots = depth + 1
         # The head entry sits in a register (a memory's output is slow); the rest, at most
         # ``depth`` entries, in the memory.
-        m.submodules.mem = mem = Memory(shape=self._shape, depth=depth, init=[])
+        entry = data.StructLayout({"insn": self._shape, "pre": self._pre_bits})
+        m.submodules.mem = mem = Memory(shape=entry, depth=depth, init=[])
         wp = mem.write_port()
         # Two read ports, at the entry behind the head and the one after it: the port's
         # address does not wait for the consumer's take (late in the cycle); the registered
@@ -107,7 +123,12 @@ class CommandQueue(wiring.Component):
         rp = mem.read_port(transparent_for=(wp,))
         rp_next = mem.read_port(transparent_for=(wp,))
         refill_q = Signal()
-        head = Signal(self._shape)
+        head = Signal(entry)
+        incoming = Signal(entry)
+        m.d.comb += incoming.insn.eq(self.w.payload)
+        if self._predecode is not None:
+            m.d.comb += [incoming.pre.eq(self._predecode(self.w.payload)),
+                         self.r_pre.eq(head.pre)]
         head_valid = Signal()
         stored = Signal(range(slots + 1))
         wptr = Signal(range(depth))
@@ -125,14 +146,14 @@ class CommandQueue(wiring.Component):
             self.w.ready.eq(not_full),
             w_fire.eq(self.w.valid & self.w.ready),
             self.r.valid.eq(head_valid),
-            self.r.payload.eq(head),
+            self.r.payload.eq(head.insn),
             r_fire.eq(self.r.valid & self.r.ready),
             stored.eq(self.level - head_valid),
             refill.eq(r_fire & (stored != 0)),
             # A new entry goes to the memory unless the head is (or becomes) free of it.
             to_mem.eq(w_fire & head_valid & ~(r_fire & (stored == 0))),
             wp.addr.eq(wptr),
-            wp.data.eq(self.w.payload),
+            wp.data.eq(incoming),
             wp.en.eq(to_mem),
             # Read ahead: the ports show the entry behind the head of the next cycle, whether
             # or not the head is refilled in this one (``refill_q`` picks).
@@ -145,7 +166,7 @@ class CommandQueue(wiring.Component):
         with m.If(refill):
             m.d.sync += [head.eq(Mux(refill_q, rp_next.data, rp.data)), rptr.eq(bump(rptr))]
         with m.Elif(w_fire & ~to_mem):
-            m.d.sync += [head.eq(self.w.payload), head_valid.eq(1)]
+            m.d.sync += [head.eq(incoming), head_valid.eq(1)]
         with m.Elif(r_fire):
             m.d.sync += head_valid.eq(0)
         with m.If(to_mem):

@@ -100,10 +100,11 @@ class Accelerator(wiring.Component):
         # Per-module issue/retire strobes, for testbenches that trace instruction timelines.
         self.trace_points = {name: (u.issue, u.retire) for name, u in units.items()}
         for q in QUEUES:
-            cq = CommandQueue(p.insn_layout, p.cmd_depth)
+            cq = CommandQueue(p.insn_layout, p.cmd_depth, predecode=units[q].predecode)
             m.submodules[f"{q}_cmd_queue"] = cq
             wiring.connect(m, getattr(fetch, f"cmd_{q}"), cq.w)
             wiring.connect(m, cq.r, units[q].cmd)
+            m.d.comb += units[q].cmd_pre.eq(cq.r_pre)
             m.d.comb += getattr(fetch, f"room_{q}").eq(cq.room)
         tq = {}
         for name in ("l2c", "c2l", "c2s", "s2c"):

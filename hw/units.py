@@ -8,13 +8,14 @@ from amaranth.lib.wiring import In, Out
 
 from accel.isa import MemType
 from hw.control import DepControl
-from hw.dma import LoadEngine, StoreEngine
+from hw.dma import LoadEngine, StoreEngine, mem_predecode
 from hw.dram import dram_port
 from hw.params import RtlParams
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite
 
 __all__ = ["LoadUnit", "StoreUnit"]
+
 
 
 class LoadUnit(wiring.Component):
@@ -29,6 +30,8 @@ class LoadUnit(wiring.Component):
     -----
     cmd : In(stream)
         The load command queue.
+    cmd_pre : In
+        :func:`~hw.dma.mem_predecode` of the queue's head.
     c2l : In(token stream)
         Tokens compute->load (``pop_next``).
     l2c : Out(token stream)
@@ -43,10 +46,14 @@ class LoadUnit(wiring.Component):
         Decode cycle / last cycle of an instruction (for tracing).
     """
 
+    predecode = staticmethod(mem_predecode)
+    """What the command queue stores beside each instruction (``cmd_pre``)."""
+
     def __init__(self, params: RtlParams) -> None:
         self._p = params
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
+            "cmd_pre": In(1),
             "c2l": In(token_stream()),
             "l2c": Out(token_stream()),
             "l2c_room": In(1),
@@ -61,7 +68,8 @@ class LoadUnit(wiring.Component):
         m = Module()
         p = self._p
         m.submodules.control = ctrl = DepControl(
-            p.insn_layout, pops=("pop_next",), pushes=("push_next",), token_depth=p.token_depth)
+            p.insn_layout, pops=("pop_next",), pushes=("push_next",), token_depth=p.token_depth,
+            pre_bits=1)
         m.submodules.engine = eng = LoadEngine(p, (MemType.INP, MemType.WGT))
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
         wiring.connect(m, wiring.flipped(self.c2l), ctrl.pop_next)
@@ -73,7 +81,8 @@ class LoadUnit(wiring.Component):
             ctrl.push_next_room.eq(self.l2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
-            ctrl.single.eq(eng.single),
+            ctrl.cmd_pre.eq(self.cmd_pre),
+            ctrl.single.eq(ctrl.insn_pre),
             ctrl.last.eq(eng.last),
             self.issue.eq(ctrl.start),
             self.retire.eq(ctrl.retire),
@@ -93,6 +102,8 @@ class StoreUnit(wiring.Component):
     -----
     cmd : In(stream)
         The store command queue.
+    cmd_pre : In
+        :func:`~hw.dma.mem_predecode` of the queue's head.
     c2s : In(token stream)
         Tokens compute->store (``pop_prev``).
     s2c : Out(token stream)
@@ -107,10 +118,14 @@ class StoreUnit(wiring.Component):
         Decode cycle / last cycle of an instruction (for tracing).
     """
 
+    predecode = staticmethod(mem_predecode)
+    """What the command queue stores beside each instruction (``cmd_pre``)."""
+
     def __init__(self, params: RtlParams) -> None:
         self._p = params
         super().__init__({
             "cmd": In(stream.Signature(params.insn_layout)),
+            "cmd_pre": In(1),
             "c2s": In(token_stream()),
             "s2c": Out(token_stream()),
             "s2c_room": In(1),
@@ -124,7 +139,8 @@ class StoreUnit(wiring.Component):
         m = Module()
         p = self._p
         m.submodules.control = ctrl = DepControl(
-            p.insn_layout, pops=("pop_prev",), pushes=("push_prev",), token_depth=p.token_depth)
+            p.insn_layout, pops=("pop_prev",), pushes=("push_prev",), token_depth=p.token_depth,
+            pre_bits=1)
         m.submodules.engine = eng = StoreEngine(p)
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
         wiring.connect(m, wiring.flipped(self.c2s), ctrl.pop_prev)
@@ -135,7 +151,8 @@ class StoreUnit(wiring.Component):
             ctrl.push_prev_room.eq(self.s2c_room),
             eng.start.eq(ctrl.start),
             eng.insn.eq(ctrl.insn.mem),
-            ctrl.single.eq(eng.single),
+            ctrl.cmd_pre.eq(self.cmd_pre),
+            ctrl.single.eq(ctrl.insn_pre),
             ctrl.last.eq(eng.last),
             self.issue.eq(ctrl.start),
             self.retire.eq(ctrl.retire),

@@ -251,7 +251,12 @@ def test_pin_wrapper_shifts_in_and_reports_the_parity_of_the_outputs(tiny: HwCon
 
 @pytest.mark.parametrize("depth", [1, 3])
 def test_command_queue_matches_a_deque(depth: int) -> None:
-    dut = CommandQueue(16, depth)
+    """Entries come out in order, with their predecoded bits (here the low byte's parity and
+    whether the entry is a multiple of 3), through the bypass and the memory alike."""
+    def pre(v: object) -> object:
+        return Cat(v[:8].xor(), v % 3 == 0)
+
+    dut = CommandQueue(16, depth, predecode=pre)
     rng = np.random.default_rng(7)
 
     async def bench(ctx: object) -> None:
@@ -267,6 +272,8 @@ def test_command_queue_matches_a_deque(depth: int) -> None:
             assert ctx.get(dut.r.valid) == bool(model)
             if model:
                 assert ctx.get(dut.r.payload) == model[0]
+                head = model[0]
+                assert ctx.get(dut.r_pre) == bin(head & 0xFF).count("1") % 2 | (head % 3 == 0) << 1
             popped = pop and bool(model)
             assert ctx.get(dut.room) == (len(model) <= depth)      # registered: not popped
             await ctx.tick()
