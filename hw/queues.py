@@ -117,12 +117,7 @@ class CommandQueue(wiring.Component):
         entry = data.StructLayout({"insn": self._shape, "pre": self._pre_bits})
         m.submodules.mem = mem = Memory(shape=entry, depth=depth, init=[])
         wp = mem.write_port()
-        # Two read ports, at the entry behind the head and the one after it: the port's
-        # address does not wait for the consumer's take (late in the cycle); the registered
-        # take picks one of the two in the next cycle.
         rp = mem.read_port(transparent_for=(wp,))
-        rp_next = mem.read_port(transparent_for=(wp,))
-        refill_q = Signal()
         head = Signal(entry)
         incoming = Signal(entry)
         m.d.comb += incoming.insn.eq(self.w.payload)
@@ -155,16 +150,14 @@ class CommandQueue(wiring.Component):
             wp.addr.eq(wptr),
             wp.data.eq(incoming),
             wp.en.eq(to_mem),
-            # Read ahead: the ports show the entry behind the head of the next cycle, whether
-            # or not the head is refilled in this one (``refill_q`` picks).
-            rp.addr.eq(rptr),
+            # Read ahead: the port shows the entry behind the head of the next cycle. (One
+            # read port: with two, for rptr and rptr + 1, Yosys cannot use a block RAM and
+            # builds a deep queue from LUT RAM and multiplexers.)
+            rp.addr.eq(Mux(refill, bump(rptr), rptr)),
             rp.en.eq(1),
-            rp_next.addr.eq(bump(rptr)),
-            rp_next.en.eq(1),
         ]
-        m.d.sync += refill_q.eq(refill)
         with m.If(refill):
-            m.d.sync += [head.eq(Mux(refill_q, rp_next.data, rp.data)), rptr.eq(bump(rptr))]
+            m.d.sync += [head.eq(rp.data), rptr.eq(bump(rptr))]
         with m.Elif(w_fire & ~to_mem):
             m.d.sync += [head.eq(incoming), head_valid.eq(1)]
         with m.Elif(r_fire):
