@@ -68,6 +68,8 @@ COMPUTE_PRE = data.StructLayout({
     "two": 1,       # uop_bgn + 2 == uop_end
     "in1": 1,       # iter_in == 1
     "out1": 1,      # iter_out == 1
+    "in2": 1,       # iter_in == 2
+    "out2": 1,      # iter_out == 2
     "zero": 1,      # a LOAD that moves nothing (:func:`hw.dma.mem_predecode`)
 })
 """What the compute command queue stores beside each instruction (:func:`compute_predecode`):
@@ -94,6 +96,8 @@ def compute_predecode(insn: object) -> object:
         "two": bgn + 2 == end,
         "in1": n_in == 1,
         "out1": n_out == 1,
+        "in2": n_in == 2,
+        "out2": n_out == 2,
         "zero": mem_predecode(insn),
     }
     return Cat(*(bits[name] for name in COMPUTE_PRE.members))
@@ -490,6 +494,8 @@ class Compute(wiring.Component):
         # Loop counters and the bases i * factor_out, j * factor_in (registered, then current).
         u_q = Signal(widths["bgn"])
         u_last_q = Signal()         # u_q + 1 == end: u_q is the kernel's last micro-op
+        j_last_q = Signal()         # j_q + 1 == iter_in, likewise
+        i_last_q = Signal()         # i_q + 1 == iter_out
         j_q, j = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
         i_q, i = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
         base_q = {k: Signal(widths[k], name=f"base_{k}_q") for k in factors}
@@ -525,13 +531,18 @@ class Compute(wiring.Component):
         one_now = Signal()          # a kernel of one micro-op
         m.d.comb += one_now.eq(pre.one)
         one_q = Signal()
+        in1_q = Signal()
         with m.If(start & is_loop):
-            m.d.sync += one_q.eq(one_now)
+            m.d.sync += [one_q.eq(one_now), in1_q.eq(pre.in1)]
         u_wrap = pick(one_now, u_last_q)
         u_last_next = pick(pre.two, u_q + 2 == held["end"])  # of u_next
         one = pick(one_now, one_q)
-        j_wrap = pick(pre.in1, j_q + 1 == held["n_in"])
-        i_wrap = pick(pre.out1, i_q + 1 == held["n_out"])
+        # The loop counters' end tests are registered with the counters, like ``u_last_q``.
+        j_wrap = pick(pre.in1, j_last_q)
+        i_wrap = pick(pre.out1, i_last_q)
+        j_last_next = pick(pre.in2, j_q + 2 == held["n_in"])        # of j_next
+        i_last_next = pick(pre.out2, i_q + 2 == held["n_out"])      # of i_next
+        in1 = pick(pre.in1, in1_q)                                  # of j = 0
         stepped = {k: pick(nw[k], base_q[k] + held[k]) for k in factors}   # base + factor
         issue = Signal()
         wait_zero = Signal()
@@ -541,14 +552,17 @@ class Compute(wiring.Component):
         with m.If(issue):
             m.d.sync += wait.eq(ii_now - 1)
             with m.If(~u_wrap):
-                m.d.sync += [u_q.eq(u_next), u_last_q.eq(u_last_next), j_q.eq(j), i_q.eq(i)]
+                m.d.sync += [u_q.eq(u_next), u_last_q.eq(u_last_next), j_q.eq(j), i_q.eq(i),
+                             j_last_q.eq(j_wrap), i_last_q.eq(i_wrap)]
                 m.d.sync += [base_q[k].eq(base[k]) for k in factors]
             with m.Elif(~j_wrap):
-                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(j_next), i_q.eq(i)]
+                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(j_next), i_q.eq(i),
+                             j_last_q.eq(j_last_next), i_last_q.eq(i_wrap)]
                 m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_in")]
                 m.d.sync += [base_q[k].eq(base[k]) for k in factors if k.endswith("_out")]
             with m.Else():
-                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(0), i_q.eq(i_next)]
+                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(0), i_q.eq(i_next),
+                             j_last_q.eq(in1), i_last_q.eq(i_last_next)]
                 m.d.sync += [base_q[k].eq(0) for k in factors if k.endswith("_in")]
                 m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_out")]
             with m.If(last_uop):
@@ -560,7 +574,7 @@ class Compute(wiring.Component):
         with m.If(first_late):
             # Issue the first micro-op in the next cycle, from the registers.
             m.d.sync += [u_q.eq(nw["bgn"]), u_last_q.eq(one_now), j_q.eq(0), i_q.eq(0),
-                         issuing.eq(1), wait.eq(0)]
+                         j_last_q.eq(pre.in1), i_last_q.eq(pre.out1), issuing.eq(1), wait.eq(0)]
             m.d.sync += [base_q[k].eq(0) for k in factors]
         with m.If(draining):
             with m.If(drain == 0):
