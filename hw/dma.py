@@ -46,8 +46,8 @@ class _Engine(wiring.Component):
               ) -> dict[str, Signal]:
         """Row/burst state and the request logic; returns the signals the data path uses.
 
-        ``shifts`` are the element size shifts of the memory types, ``pick`` the index of the
-        decoded instruction's (0 when there is one)."""
+        ``shifts`` are the element size shifts of the engine's memory types and ``pick`` the
+        index into them of the decoded instruction's type (``Const(0)`` for a single type)."""
         p = self._p
         cfg = p.cfg
         bpc = cfg.dram.bytes_per_cycle
