@@ -36,7 +36,6 @@ class _Engine(wiring.Component):
         members.update({
             "start": In(1),
             "insn": In(params.formats[Opcode.LOAD]),
-            "single": Out(1),
             "last": Out(1),
             "dram": Out(dram_port(params)),
         })
@@ -92,7 +91,6 @@ class _Engine(wiring.Component):
             s["row_end"].eq(s["burst_end"] & ends_row),
             s["all_end"].eq(s["row_end"] & last_row),
             s["zero"].eq((insn.y_size == 0) | (insn.x_size == 0)),
-            self.single.eq(s["zero"]),
         ]
         # At decode: ``x_size << shift > max_burst`` is ``x_size > max_burst >> shift``, one
         # compare per memory type beside the type's decode.
@@ -180,8 +178,6 @@ class LoadEngine(_Engine):
         Decode cycle of a LOAD (``insn`` valid).
     insn : In
         The LOAD instruction (memory-instruction layout).
-    single : Out
-        ``insn`` moves nothing (a zero size): it ends in its decode cycle.
     last : Out
         The last cycle of an instruction that moves something (never its decode cycle).
     dram : Out(DramPort)
@@ -309,6 +305,7 @@ class LoadEngine(_Engine):
         m.d.comb += pad_end.eq(seg_one & ((pad_rows == 0)
                                           | seg_after(pad_rows, lambda v: v == 0)))
 
+        head_zero = (fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)
         with m.If(setup):
             m.d.sync += [
                 row_sram.eq(first),
@@ -318,9 +315,8 @@ class LoadEngine(_Engine):
                 mid_q.eq(fields.x_pad_0 + fields.x_pad_1),
                 tail_q.eq(tail),
                 x_size_q.eq(fields.x_size),
-                head_zero_q.eq((fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)),
-                jump_data.eq((fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)
-                             & (fields.x_pad_1 == 0)),
+                head_zero_q.eq(head_zero),
+                jump_data.eq(head_zero & (fields.x_pad_1 == 0)),
             ]
         def next_segment() -> None:
             m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg), pad_rows.eq(nxt_rows),
@@ -440,7 +436,7 @@ class StoreEngine(_Engine):
 
     Ports
     -----
-    start, insn, single, last, dram
+    start, insn, last, dram
         As for :class:`LoadEngine` (write requests).
     rd : Out(BufferRead)
         Out-buffer reads, one element ahead of the beat that sends it.

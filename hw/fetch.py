@@ -141,8 +141,8 @@ class Fetch(wiring.Component):
             with m.State("REQ"):
                 m.d.comb += self.busy.eq(1)
                 with m.If(granted):
-                    m.d.sync += asking.eq(0)
                     m.d.sync += [
+                        asking.eq(0),
                         k.eq(k_now), j.eq(0), wr_ptr.eq(0), beat_in.eq(0), pend.eq(0),
                         beats_left.eq((k_now * (INSN_BITS // 8) + bpc - 1)
                                       >> (bpc - 1).bit_length()),

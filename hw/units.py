@@ -17,7 +17,6 @@ from hw.sram import BufferRead, BufferWrite
 __all__ = ["LoadUnit", "StoreUnit"]
 
 
-
 class LoadUnit(wiring.Component):
     """Runs LOAD INP / LOAD WGT: 2-D strided DMA with zero padding into the inp/wgt buffers.
 
