@@ -47,6 +47,10 @@ def add_parsers(subparsers: Any) -> None:
                    help="also place and route on ECP5 with nextpnr and report the Fmax")
     p.add_argument("--device", default="45k", choices=sorted(ECP5_DEVICES),
                    help="ECP5 device for --pnr (LFE5U-25F/45F/85F; default 45k)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="nextpnr placement seed for --pnr (default 1)")
+    p.add_argument("--late", type=int, default=10, metavar="N",
+                   help="with --pnr, list the N registers with the latest inputs (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-cache", action="store_true", help="ignore cached results")
     p.add_argument("--workdir", default=None, help="keep the tools' files in this folder")
@@ -103,7 +107,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
             print(f"{what} {cfg.name} for {args.target} (minutes)...", file=sys.stderr)
         report = synthesize(cfg, args.target, pnr=args.pnr, use_cache=not args.no_cache,
                             workdir=Path(args.workdir) if args.workdir else None,
-                            device=args.device)
+                            device=args.device, seed=args.seed)
     except SynthError as exc:
         return _fail(str(exc))
     except ValueError as exc:
@@ -120,5 +124,21 @@ def cmd_synth(args: argparse.Namespace) -> int:
     print(f"LUTRAM   {report.lutrams}")
     if report.fmax_mhz is not None:
         print(f"Fmax     {report.fmax_mhz:.1f} MHz (ECP5 LFE5U-{report.device.upper()}, "
-              "post-route)")
+              f"post-route, seed {report.seed})")
+        _print_timing(report, cfg.clock_mhz, args.late)
     return 0
+
+
+def _print_timing(report: Any, clock_mhz: float, limit: int) -> None:
+    """The worst path and the registers whose inputs arrive after the clock period."""
+    path = report.critical_path
+    if path:
+        print(f"worst    {path['ns']:.2f} ns from {path['from']} to {path['to']} "
+              f"({path['routing_ns']:.2f} ns routing, {path['cells']} logic cells)")
+    if report.late is None:
+        return
+    period = 1000.0 / clock_mhz
+    print(f"late     {report.late} endpoints arrive later than {period:.2f} ns "
+          f"({clock_mhz:g} MHz)")
+    for group in report.late_groups[:limit]:
+        print(f"  {group['worst_ns']:6.2f} ns  {group['endpoints']:5d}  {group['register']}")

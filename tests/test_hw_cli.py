@@ -135,3 +135,128 @@ def test_synth_tiny_ecp5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert report.dsps >= cfg.batch * cfg.block_in * cfg.block_out
     assert report.brams > 0 and report.luts > 0 and report.ffs > 0
     assert (tmp_path / "synth" / f"{cfg.name}__ecp5.json").exists()
+
+
+def _endpoint(cell: str, port: str, arrival: float) -> dict[str, object]:
+    return {"cell": cell, "port": port, "delay": [0.7, arrival], "event": "posedge clk"}
+
+
+# The shape of nextpnr's ``--report`` with ``--detailed-timing-report`` (names as Yosys gives
+# them to ECP5 cells), cut down to a few nets.
+PNR_REPORT = {
+    "fmax": {"clk": {"achieved": 78.5, "constraint": 100}},
+    "critical_paths": [{"from": "posedge clk", "to": "posedge clk", "path": [
+        {"type": "clk-to-q", "delay": 0.52,
+         "from": {"cell": "accel.compute.gemm_core.mul_0_5_7", "port": "CLK"},
+         "to": {"cell": "accel.compute.gemm_core.mul_0_5_7", "port": "P3"}},
+        {"type": "routing", "delay": 6.4,
+         "from": {"cell": "accel.compute.gemm_core.mul_0_5_7", "port": "P3"},
+         "to": {"cell": "accel.compute.dot_LUT4_Z", "port": "A"}},
+        {"type": "logic", "delay": 0.24,
+         "from": {"cell": "accel.compute.dot_LUT4_Z", "port": "A"},
+         "to": {"cell": "accel.compute.dot_LUT4_Z", "port": "Z"}},
+        {"type": "routing", "delay": 1.6,
+         "from": {"cell": "accel.compute.dot_LUT4_Z", "port": "Z"},
+         "to": {"cell": "accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "port": "DI"}},
+        {"type": "setup", "delay": 0.0,
+         "from": {"cell": "accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "port": "DI"},
+         "to": {"cell": "accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "port": "DI"}},
+    ]}],
+    "detailed_net_timings": [
+        {"net": "n1", "driver": "x", "port": "Z", "event": "posedge clk", "endpoints": [
+            _endpoint("accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "DI", 8.76),
+            _endpoint("accel.compute.gemm_core.dot[4]_TRELLIS_FF_Q", "DI", 12.1),
+            _endpoint("accel.compute.a5[161]_TRELLIS_FF_Q", "DI", 10.5),
+        ]},
+        {"net": "n2", "driver": "y", "port": "Z", "event": "posedge clk", "endpoints": [
+            _endpoint("accel.compute.a5[7]_TRELLIS_FF_Q", "DI", 11.0),
+            _endpoint("accel.compute.a5[7]_TRELLIS_FF_Q", "CE", 9.9),
+            _endpoint("accel.compute.acc_buffer.bank0.0.21", "ADA5", 10.2),
+            _endpoint("accel.compute.acc_buffer.bank0.0.11_DOB5_TRELLIS_FF_Q", "DI", 10.1),
+            _endpoint("accel.compute.uop_buffer.bank1.0.0_DIA4_TRELLIS_FF_Q", "M", 3.0),
+        ]},
+        # The same endpoint listed twice (by two nets) counts once.
+        {"net": "n3", "driver": "z", "port": "Z", "event": "posedge clk", "endpoints": [
+            _endpoint("accel.compute.a5[161]_TRELLIS_FF_Q", "DI", 10.5),
+        ]},
+    ],
+}
+
+
+def test_register_of_groups_placed_cells() -> None:
+    from hw.synth import register_of
+
+    assert register_of("accel.compute.a5[161]_TRELLIS_FF_Q") == "compute.a5"
+    assert register_of("accel.compute.gemm_core.mul_0_5_7") == "compute.gemm_core.mul"
+    assert register_of("accel.compute.acc_buffer.bank0.0.21") == "compute.acc_buffer.bank0"
+    assert register_of("accel.compute.acc_buffer.bank0.0.11_DOB5_TRELLIS_FF_Q") == (
+        "compute.acc_buffer.bank0")
+    assert register_of("accel.compute.alu_lane_2.other_q[30]_TRELLIS_FF_Q") == (
+        "compute.alu_lane_2.other_q")
+    assert register_of("accel.compute.$signal$108[9]_TRELLIS_FF_Q") == "compute.$signal$108"
+
+
+def test_late_endpoints_by_register() -> None:
+    from hw.synth import late_endpoints
+
+    count, groups = late_endpoints(PNR_REPORT, 10.0)
+    assert count == 5
+    assert groups == [
+        {"register": "compute.gemm_core.dot", "endpoints": 1, "worst_ns": 12.1},
+        {"register": "compute.a5", "endpoints": 2, "worst_ns": 11.0},
+        {"register": "compute.acc_buffer.bank0", "endpoints": 2, "worst_ns": 10.2},
+    ]
+    assert late_endpoints(PNR_REPORT, 10.0, limit=1)[1] == groups[:1]
+    assert late_endpoints(PNR_REPORT, 13.0) == (0, [])
+    assert late_endpoints({"fmax": {}}, 10.0) == (0, [])
+
+
+def test_synth_pnr_prints_the_late_registers(monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``--pnr`` prints the worst path and the registers whose inputs arrive late."""
+    import hw.synth
+    from hw.synth import _critical_path, late_endpoints
+
+    late, groups = late_endpoints(PNR_REPORT, 10.0)
+    seen: dict[str, object] = {}
+
+    def fake_synthesize(cfg: object, target: str, **kw: object) -> SynthReport:
+        seen.update(kw)
+        return SynthReport(config="default", target=target, luts=1, ffs=2, dsps=3, brams=4,
+                           lutrams=5, fmax_mhz=78.5, device="45k", seed=int(kw["seed"]),
+                           critical_path=_critical_path(PNR_REPORT), late=late,
+                           late_groups=groups)
+
+    monkeypatch.setattr(hw.synth, "synthesize", fake_synthesize)
+    assert cli(["synth", "--target", "ecp5", "--pnr", "--seed", "3", "--late", "2"]) == 0
+    assert seen["seed"] == 3 and seen["device"] == "45k"
+    out = capsys.readouterr().out
+    assert out.endswith(
+        "Fmax     78.5 MHz (ECP5 LFE5U-45K, post-route, seed 3)\n"
+        "worst    8.76 ns from compute.gemm_core.mul to compute.gemm_core.dot "
+        "(8.00 ns routing, 1 logic cells)\n"
+        "late     5 endpoints arrive later than 10.00 ns (100 MHz)\n"
+        "   12.10 ns      1  compute.gemm_core.dot\n"
+        "   11.00 ns      2  compute.a5\n")
+
+
+def test_synth_cache_keeps_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached Fmax is reused only for the seed it was placed with."""
+    from hw.export import WRAPPER_VERSION, design_hash
+
+    monkeypatch.setenv("ACCEL_CACHE_DIR", str(tmp_path))
+    cfg = load_config("tiny")
+    cached = SynthReport(config=cfg.name, target="ecp5", luts=1, ffs=2, dsps=3, brams=4,
+                         lutrams=0, design_hash=design_hash(cfg, "ecp5"), fmax_mhz=90.0,
+                         device="45k", wrapper=WRAPPER_VERSION, seed=2)
+    (tmp_path / "synth").mkdir()
+    (tmp_path / "synth" / f"{cfg.name}__ecp5.json").write_text(json.dumps(cached.to_dict()))
+    assert synthesize(cfg, "ecp5", pnr=True, seed=2) == cached
+    import hw.synth
+
+    def no_tools(*args: object, **kw: object) -> None:
+        raise hw.synth.SynthError("ran the tools")
+
+    monkeypatch.setattr(hw.synth, "_run", no_tools)
+    with pytest.raises(hw.synth.SynthError, match="ran the tools"):
+        synthesize(cfg, "ecp5", pnr=True, seed=1)
