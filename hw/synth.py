@@ -139,7 +139,7 @@ def parse_stat(text: str) -> dict[str, int]:
     return cells
 
 
-_FF_SUFFIX = re.compile(r"_TRELLIS_FF_Q.*$")
+_FF_SUFFIX = re.compile(r"(_TRELLIS_FF_Q.*|\$DPRAM_COMB\d+)$")
 _BIT = re.compile(r"\[\d+\]")
 _RAM_SLICE = re.compile(r"(\.\d+)+(_D[IO]\w*)?$")
 _NUMBERED = re.compile(r"(_\d+)+$")
@@ -149,7 +149,8 @@ def register_of(cell: str) -> str:
     """The register (or memory, or multiplier array) a placed cell belongs to.
 
     Drops the wrapper's ``accel.`` prefix, Yosys's ``_TRELLIS_FF_Q`` suffixes, bit indices,
-    block-RAM slice numbers (``bank0.0.21`` and its ``_DOB7`` registers are ``bank0``) and
+    block-RAM slice numbers (``bank0.0.21`` and its ``_DOB7`` registers are ``bank0``; LUT RAM
+    ``mem.0.29$DPRAM_COMB3`` is ``mem``) and
     trailing element numbers (``mul_0_5_7`` is ``mul``).
     """
     name = cell.removeprefix("accel.")

@@ -194,6 +194,7 @@ def test_register_of_groups_placed_cells() -> None:
     assert register_of("accel.compute.alu_lane_2.other_q[30]_TRELLIS_FF_Q") == (
         "compute.alu_lane_2.other_q")
     assert register_of("accel.compute.$signal$108[9]_TRELLIS_FF_Q") == "compute.$signal$108"
+    assert register_of("accel.compute_cmd_queue.mem.0.29$DPRAM_COMB3") == "compute_cmd_queue.mem"
 
 
 def test_late_endpoints_by_register() -> None:
