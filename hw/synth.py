@@ -159,12 +159,19 @@ def register_of(cell: str) -> str:
     return _NUMBERED.sub("", name)
 
 
+def _clocked(event: str) -> bool:
+    """A nextpnr timing event at a clock edge (not ``<async>``: a pin without a clock)."""
+    return event.startswith(("posedge ", "negedge "))
+
+
 def late_endpoints(report: dict[str, Any], period_ns: float,
                    limit: int = 20) -> tuple[int, list[dict[str, Any]]]:
     """Endpoints of a nextpnr ``--detailed-timing-report`` JSON later than ``period_ns``.
 
     Every input of a register, block RAM or multiplier block that nextpnr times carries its
-    arrival after routing (clock-to-out, logic and routes, setup included). Returns how many
+    arrival after routing (clock-to-out, logic and routes, setup included) over each net that
+    reaches it; nets launched by an input pin (``<async>``: the reset) do not bound the clock
+    and are left out. Returns how many
     arrive later than ``period_ns`` and, worst first, up to ``limit`` groups by
     :func:`register_of`: ``{"register", "endpoints", "worst_ns"}``. The one path nextpnr
     prints is only the worst of these; the groups show how much must change for a clock.
@@ -173,6 +180,8 @@ def late_endpoints(report: dict[str, Any], period_ns: float,
     count: dict[str, int] = {}
     seen: set[tuple[str, str]] = set()
     for net in report.get("detailed_net_timings", ()):
+        if not _clocked(net.get("event", "")):
+            continue        # from an input pin (the reset): not a register-to-register path
         for end in net.get("endpoints", ()):
             arrival = float(end["delay"][1])
             key = (end["cell"], end["port"])
@@ -189,7 +198,8 @@ def late_endpoints(report: dict[str, Any], period_ns: float,
 
 def _critical_path(report: dict[str, Any]) -> dict[str, Any] | None:
     """nextpnr's worst register-to-register path in a report: ends, delay, routing share."""
-    paths = [p["path"] for p in report.get("critical_paths", ()) if p.get("path")]
+    paths = [p["path"] for p in report.get("critical_paths", ())
+             if p.get("path") and _clocked(p.get("from", "")) and _clocked(p.get("to", ""))]
     if not paths:
         return None
     path = max(paths, key=lambda steps: sum(s["delay"] for s in steps))
