@@ -658,12 +658,11 @@ class Compute(wiring.Component):
         # s2), and STORE's first out read is latched after its own decode cycle, through a
         # transparent port.
         width = cfg.acc_tile_bytes * 8
-        v6, v7, v8 = Signal(name="v6"), Signal(name="v7"), Signal(name="v8")
-        dst6, dst7, dst8 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7, 8))
+        v6, v7 = Signal(name="v6"), Signal(name="v7")
+        dst6, dst7 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7))
         wdata = Signal(width)       # the result of one cycle ago: GEMM's in s6, ALU's in s7
         wdata2 = Signal(width)      # two cycles ago
-        m.d.sync += [v6.eq(v5), v7.eq(v6), v8.eq(v7), dst6.eq(dst5), dst7.eq(dst6),
-                     dst8.eq(dst7), wdata2.eq(wdata)]
+        m.d.sync += [v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6), wdata2.eq(wdata)]
 
         # GEMM: acc[dst] arrives in s5 and is registered, so that the accumulate in s6 starts
         # from flip-flops rather than from a block-RAM output. The read (at the end of s4)
@@ -680,19 +679,26 @@ class Compute(wiring.Component):
         # micro-op in s6 (forming its result now), s7 or s8 (results in ``wdata``, ``wdata2``)
         # when that one writes what they read and the read came too early to see it (one in
         # s5 is impossible at ``alu.ii >= 2``); the operation runs in s5 (MUL: s5 and s6).
-        src4 = Signal(acc_bits)
+        # The hits are compared a cycle ahead (in s3, against the micro-ops then in s5, s6 and
+        # s7: the pipeline from s3 on never stalls) and registered, so that in s4 the late
+        # inputs, the ALU's result and the acc RAM's read data, pass one multiplexer each.
         src_data4 = Signal(width)
         a5, b5, res6 = (Signal(width, name=n) for n in ("a5", "b5", "res6"))
-        m.d.sync += [src4.eq(src3[:acc_bits]), src_data4.eq(acc_data)]
+        m.d.sync += src_data4.eq(acc_data)
 
-        def forwarded(index: Signal, read: object) -> object:
-            return Mux(v6 & (dst6 == index), res6,
-                       Mux(v7 & (dst7 == index), wdata,
-                           Mux(v8 & (dst8 == index), wdata2, read)))
+        def forwarded(index: Signal, read: object, name: str) -> object:
+            hit6, hit7, hit78 = (Signal(name=f"{name}_hit{s}") for s in ("6", "7", "78"))
+            m.d.sync += [
+                hit6.eq(v5 & (dst5 == index)),
+                hit7.eq(v6 & (dst6 == index)),
+                hit78.eq((v6 & (dst6 == index)) | (v7 & (dst7 == index))),
+            ]
+            return Mux(hit6, res6, Mux(hit78, Mux(hit7, wdata, wdata2), read))
 
         m.d.sync += [
-            a5.eq(forwarded(dst4, acc_data)),
-            b5.eq(Mux(use_imm_q, Cat(*([imm_q] * lanes)), forwarded(src4, src_data4))),
+            a5.eq(forwarded(dst3, acc_data, "dst")),
+            b5.eq(Mux(use_imm_q, Cat(*([imm_q] * lanes)),
+                      forwarded(src3[:acc_bits], src_data4, "src"))),
         ]
         for lane in range(lanes):
             alu = AluLane()
