@@ -73,7 +73,8 @@ COMPUTE_PRE = data.StructLayout({
     "zero": 1,      # a LOAD that moves nothing (:func:`hw.dma.mem_predecode`)
 })
 """What the compute command queue stores beside each instruction (:func:`compute_predecode`):
-the decode's compares of the instruction's fields, done when fetch writes it."""
+the decode's compares of the instruction's fields, done as the instruction arrives in fetch's
+buffer (:class:`~hw.fetch.Fetch`'s ``predecode``)."""
 
 
 def compute_predecode(insn: object) -> object:

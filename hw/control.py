@@ -49,8 +49,8 @@ class DepControl(wiring.Component):
     token_depth
         Token queue capacity ``D``.
     pre_bits
-        Width of the command queue's predecoded bits (:class:`~hw.queues.CommandQueue`'s
-        ``predecode``), 0 for none.
+        Width of the predecoded bits the command queue stores beside each instruction
+        (:class:`~hw.queues.CommandQueue`'s ``pre_bits``), 0 for none.
 
     Ports
     -----

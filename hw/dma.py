@@ -23,8 +23,9 @@ __all__ = ["LoadEngine", "StoreEngine", "mem_predecode"]
 
 
 def mem_predecode(insn: object) -> object:
-    """The bit a LOAD or STORE's command queue stores beside it (``CommandQueue``'s
-    ``predecode``): it moves nothing (a zero size), so it ends in its decode cycle."""
+    """The bit a LOAD or STORE's command queue stores beside it (formed by
+    :class:`~hw.fetch.Fetch`): it moves nothing (a zero size), so it ends in its decode
+    cycle."""
     return (insn.mem.y_size == 0) | (insn.mem.x_size == 0)
 
 

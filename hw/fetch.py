@@ -11,7 +11,9 @@ Routing (``accel.isa.module_of``): STORE -> store; LOAD of INP or WGT -> load; e
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from collections.abc import Callable, Mapping
+
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -19,13 +21,15 @@ from accel.config import INSN_BITS
 from accel.isa import MemType, Opcode
 from accel.isa import Module as IsaModule
 from hw.dram import dram_port
-from hw.params import RtlParams
+from hw.params import BufferGeometry, RtlParams
 from hw.sram import SramBuffer
 
 __all__ = ["Fetch"]
 
 QUEUES = tuple(mod.name.lower() for mod in IsaModule)
 """Command queues in :class:`accel.isa.Module` order: load, compute, store."""
+
+_TARGET_BITS = (len(QUEUES) - 1).bit_length()
 
 
 class Fetch(wiring.Component):
@@ -35,6 +39,12 @@ class Fetch(wiring.Component):
     ----------
     params
         RTL parameters of the config.
+    predecode
+        Per queue (``load``, ``compute``, ``store``), optional: a function of an instruction (a
+        view of ``params.insn_layout``) to the bits its module's command queue stores beside
+        it (the module's ``predecode``). They are formed as the instruction arrives from DRAM
+        and kept beside it in fetch's buffer, so that no compare sits between the buffer and
+        the queues.
 
     Ports
     -----
@@ -48,14 +58,24 @@ class Fetch(wiring.Component):
         Read requests.
     cmd_load, cmd_compute, cmd_store : Out(stream)
         Instructions to the command queues.
+    pre_load, pre_compute, pre_store : Out
+        For the queues with a ``predecode``: its bits of the instruction dispatched.
     room_load, room_compute, room_store : In
         The queue accepts a pending put this cycle (``CommandQueue.room``).
     busy : Out
         Instructions remain to be fetched or dispatched.
     """
 
-    def __init__(self, params: RtlParams) -> None:
+    def __init__(self, params: RtlParams,
+                 predecode: Mapping[str, Callable[[object], Value]] | None = None) -> None:
         self._p = params
+        self._predecode = {q: f for q, f in (predecode or {}).items() if f is not None}
+        unknown = sorted(set(self._predecode) - set(QUEUES))
+        if unknown:
+            raise ValueError(f"predecode for unknown queues {unknown}; the queues are "
+                             f"{', '.join(QUEUES)}")
+        self._pre_widths = {q: len(Value.cast(f(Signal(params.insn_layout))))
+                            for q, f in self._predecode.items()}
         members: dict[str, object] = {
             "start": In(1),
             "insn_addr": In(params.dram_addr_bits),
@@ -66,7 +86,27 @@ class Fetch(wiring.Component):
         for q in QUEUES:
             members[f"cmd_{q}"] = Out(stream.Signature(params.insn_layout))
             members[f"room_{q}"] = In(1)
+            if self._pre_widths.get(q):
+                members[f"pre_{q}"] = Out(self._pre_widths[q])
         super().__init__(members)
+
+    def pre_bits(self, queue: str) -> int:
+        """Width of ``pre_<queue>`` (0 when that queue has no predecode)."""
+        return self._pre_widths.get(queue, 0)
+
+    def _pre_of(self, m: Module, raw: Value, name: str) -> Value:
+        """What fetch keeps beside the instruction ``raw`` (a buffer element): the index of
+        its queue (:func:`accel.isa.module_of`), then every queue's predecoded bits."""
+        insn = Signal(self._p.insn_layout, name=name)
+        m.d.comb += insn.eq(raw[:self._p.insn_bits])
+        opcode = insn.raw[:3]
+        mem_type = insn.mem.mem_type
+        target = Mux(opcode == int(Opcode.STORE), QUEUES.index("store"),
+                     Mux((opcode == int(Opcode.LOAD))
+                         & ((mem_type == int(MemType.INP)) | (mem_type == int(MemType.WGT))),
+                         QUEUES.index("load"), QUEUES.index("compute")))
+        return Cat(target[:_TARGET_BITS],
+                   *(self._predecode[q](insn) for q in QUEUES if self._pre_widths.get(q)))
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -75,6 +115,13 @@ class Fetch(wiring.Component):
         batch = p.fetch_batch
         bpc = p.cfg.dram.bytes_per_cycle
         m.submodules.buffer = buf = SramBuffer(g)
+        # Each instruction's queue and predecoded bits, formed as it arrives, in a buffer of
+        # their own addressed like the instructions': no compare of the instruction lies
+        # between the buffer and the queues.
+        pre_bits = _TARGET_BITS + sum(self._pre_widths.values())
+        pg = BufferGeometry(name="insn_pre", elem_bits=pre_bits, store_bits=pre_bits,
+                            depth=g.depth, lanes=g.lanes, beats_per_elem=1)
+        m.submodules.pre_buffer = pbuf = SramBuffer(pg)
 
         ptr = Signal(p.dram_addr_bits)
         left = Signal(32)
@@ -112,17 +159,8 @@ class Fetch(wiring.Component):
 
         # Route the instruction at the buffer's read port.
         word = Signal(p.insn_layout)
-        m.d.comb += word.eq(buf.r.data[:p.insn_bits])
-        opcode = word.raw[:3]
-        mem_type = word.mem.mem_type
-        target = Signal(range(len(QUEUES)))
-        with m.If(opcode == int(Opcode.STORE)):
-            m.d.comb += target.eq(QUEUES.index("store"))
-        with m.Elif((opcode == int(Opcode.LOAD))
-                    & ((mem_type == int(MemType.INP)) | (mem_type == int(MemType.WGT)))):
-            m.d.comb += target.eq(QUEUES.index("load"))
-        with m.Else():
-            m.d.comb += target.eq(QUEUES.index("compute"))
+        target = Signal(_TARGET_BITS)
+        m.d.comb += [word.eq(buf.r.data[:p.insn_bits]), target.eq(pbuf.r.data[:_TARGET_BITS])]
         dispatch = Signal()
         for i, q in enumerate(QUEUES):
             port = getattr(self, f"cmd_{q}")
@@ -130,6 +168,13 @@ class Fetch(wiring.Component):
 
         read_at = Signal(range(batch + 1))
         m.d.comb += buf.r.addr.eq(read_at)
+        m.d.comb += pbuf.r.addr.eq(read_at)
+        at = _TARGET_BITS
+        for q in QUEUES:
+            if self._pre_widths.get(q):
+                width = self._pre_widths[q]
+                m.d.comb += getattr(self, f"pre_{q}").eq(pbuf.r.data[at:at + width])
+                at += width
         m.d.comb += read_at.eq(j)
 
         with m.FSM():
@@ -171,22 +216,32 @@ class Fetch(wiring.Component):
                             m.d.sync += asking.eq(1)
 
         # Beats -> instruction buffer.
+        # Both buffers are written alike: the same address and enables, the instructions
+        # (``lanes`` of them per beat, or one from ``beats_per_elem`` beats) and their bits.
+        written = Signal(g.lanes * g.elem_bits)
+        w_en = Signal(g.lanes)
         with m.If(beat):
             if g.lanes > 1:
-                m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(-1),
-                             buf.w.data.eq(self.dram.rsp_data)]
+                m.d.comb += [written.eq(self.dram.rsp_data), w_en.eq(-1)]
                 m.d.sync += wr_ptr.eq(wr_ptr + g.lanes)
             elif g.beats_per_elem > 1:
                 w = p.beat_bits
                 m.d.sync += shreg.eq(Cat(shreg[w:], self.dram.rsp_data))
+                m.d.comb += written.eq(Cat(shreg, self.dram.rsp_data))
                 with m.If(beat_in == g.beats_per_elem - 1):
-                    m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(1),
-                                 buf.w.data.eq(Cat(shreg, self.dram.rsp_data))]
+                    m.d.comb += w_en.eq(1)
                     m.d.sync += [wr_ptr.eq(wr_ptr + 1), beat_in.eq(0)]
                 with m.Else():
                     m.d.sync += beat_in.eq(beat_in + 1)
             else:
-                m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(1),
-                             buf.w.data.eq(self.dram.rsp_data)]
+                m.d.comb += [written.eq(self.dram.rsp_data), w_en.eq(1)]
                 m.d.sync += wr_ptr.eq(wr_ptr + 1)
+        m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(w_en), buf.w.data.eq(written)]
+        m.d.comb += [
+            pbuf.w.addr.eq(wr_ptr),
+            pbuf.w.en.eq(w_en),
+            pbuf.w.data.eq(Cat(*(
+                self._pre_of(m, written.word_select(i, g.elem_bits), f"arriving{i}")
+                for i in range(g.lanes)))),
+        ]
         return m

@@ -13,9 +13,7 @@ A consumer sees no difference: with ``D`` or ``D + 1`` entries present it can ta
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from amaranth.hdl import Module, Mux, ShapeLike, Signal, Value
+from amaranth.hdl import Module, Mux, ShapeLike, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -64,40 +62,43 @@ class CommandQueue(wiring.Component):
         Shape of an entry (an instruction layout).
     depth
         Configured capacity ``D`` (``cfg.queues.cmd_depth``).
-    predecode
-        Optional: a function of an entry (a view of ``shape``) to a value computed when the
-        entry is written and stored beside it, so that the consumer reads it from flip-flops
-        (``r_pre``) rather than forming it from the head in its own cycle.
+    pre_bits
+        Width of the bits stored beside each entry (0: none): what the consumer would
+        otherwise compute from the head in its own cycle (its ``predecode``), formed earlier by
+        the writer (:class:`~hw.fetch.Fetch` forms it as the instruction arrives from DRAM)
+        and read from flip-flops with the head.
 
     Ports
     -----
     w : In(stream)
         Entries from fetch.
+    w_pre : In
+        With ``pre_bits``: the bits stored with the entry written (with ``w``'s payload).
     r : Out(stream)
         Entries to the module; ``valid`` while non-empty.
     r_pre : Out
-        With ``predecode``: ``predecode`` of the head entry.
+        With ``pre_bits``: the bits stored with the head entry.
     level : Out
         Entries held, ``0 .. depth + 1``.
     room : Out
         ``level <= depth``: a pending put is accepted now.
     """
 
-    def __init__(self, shape: ShapeLike, depth: int,
-                 predecode: Callable[[object], Value] | None = None) -> None:
+    def __init__(self, shape: ShapeLike, depth: int, pre_bits: int = 0) -> None:
         self._shape = shape
         self._depth = _check_depth(depth)
-        self._predecode = predecode
+        if not isinstance(pre_bits, int) or pre_bits < 0:
+            raise ValueError(f"pre_bits must be a non-negative integer, not {pre_bits!r}")
+        self._pre_bits = pre_bits
         members = {
             "w": In(stream.Signature(shape)),
             "r": Out(stream.Signature(shape)),
             "level": Out(range(depth + 2)),
             "room": Out(1, init=1),
         }
-        self._pre_bits = 0
-        if predecode is not None:
-            self._pre_bits = len(Value.cast(predecode(Signal(shape))))
-            members["r_pre"] = Out(self._pre_bits)
+        if pre_bits:
+            members["w_pre"] = In(pre_bits)
+            members["r_pre"] = Out(pre_bits)
         super().__init__(members)
 
     @property
@@ -121,9 +122,8 @@ class CommandQueue(wiring.Component):
         head = Signal(entry)
         incoming = Signal(entry)
         m.d.comb += incoming.insn.eq(self.w.payload)
-        if self._predecode is not None:
-            m.d.comb += [incoming.pre.eq(self._predecode(self.w.payload)),
-                         self.r_pre.eq(head.pre)]
+        if self._pre_bits:
+            m.d.comb += [incoming.pre.eq(self.w_pre), self.r_pre.eq(head.pre)]
         head_valid = Signal()
         stored = Signal(range(slots + 1))
         wptr = Signal(range(depth))

@@ -90,21 +90,21 @@ class Accelerator(wiring.Component):
         m = Module()
         p = self._p
         d = p.token_depth
-        m.submodules.fetch = fetch = Fetch(p)
         m.submodules.load = load = LoadUnit(p)
         m.submodules.compute = compute = Compute(p)
         m.submodules.store = store = StoreUnit(p)
+        units = {"load": load, "compute": compute, "store": store}
+        m.submodules.fetch = fetch = Fetch(p, predecode={q: u.predecode for q, u in units.items()})
         m.submodules.arbiter = arb = DramArbiter(p.dram_addr_bits, p.burst_bytes_bits,
                                                  p.beat_bits)
-        units = {"load": load, "compute": compute, "store": store}
         # Per-module issue/retire strobes, for testbenches that trace instruction timelines.
         self.trace_points = {name: (u.issue, u.retire) for name, u in units.items()}
         for q in QUEUES:
-            cq = CommandQueue(p.insn_layout, p.cmd_depth, predecode=units[q].predecode)
+            cq = CommandQueue(p.insn_layout, p.cmd_depth, pre_bits=fetch.pre_bits(q))
             m.submodules[f"{q}_cmd_queue"] = cq
             wiring.connect(m, getattr(fetch, f"cmd_{q}"), cq.w)
             wiring.connect(m, cq.r, units[q].cmd)
-            m.d.comb += units[q].cmd_pre.eq(cq.r_pre)
+            m.d.comb += [cq.w_pre.eq(getattr(fetch, f"pre_{q}")), units[q].cmd_pre.eq(cq.r_pre)]
             m.d.comb += getattr(fetch, f"room_{q}").eq(cq.room)
         tq = {}
         for name in ("l2c", "c2l", "c2s", "s2c"):

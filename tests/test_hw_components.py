@@ -251,12 +251,12 @@ def test_pin_wrapper_shifts_in_and_reports_the_parity_of_the_outputs(tiny: HwCon
 
 @pytest.mark.parametrize("depth", [1, 3])
 def test_command_queue_matches_a_deque(depth: int) -> None:
-    """Entries come out in order, with their predecoded bits (here the low byte's parity and
-    whether the entry is a multiple of 3), through the bypass and the memory alike."""
-    def pre(v: object) -> object:
-        return Cat(v[:8].xor(), v % 3 == 0)
+    """Entries come out in order, with the bits written beside them (here the low byte's
+    parity and whether the entry is a multiple of 3), through the bypass and the memory."""
+    def pre(v: int) -> int:
+        return bin(v & 0xFF).count("1") % 2 | (v % 3 == 0) << 1
 
-    dut = CommandQueue(16, depth, predecode=pre)
+    dut = CommandQueue(16, depth, pre_bits=2)
     rng = np.random.default_rng(7)
 
     async def bench(ctx: object) -> None:
@@ -267,13 +267,14 @@ def test_command_queue_matches_a_deque(depth: int) -> None:
             pop = bool(rng.integers(0, 2))
             ctx.set(dut.w.valid, push)
             ctx.set(dut.w.payload, counter)
+            ctx.set(dut.w_pre, pre(counter))
             ctx.set(dut.r.ready, pop)
             assert ctx.get(dut.level) == len(model)
             assert ctx.get(dut.r.valid) == bool(model)
             if model:
                 assert ctx.get(dut.r.payload) == model[0]
                 head = model[0]
-                assert ctx.get(dut.r_pre) == bin(head & 0xFF).count("1") % 2 | (head % 3 == 0) << 1
+                assert ctx.get(dut.r_pre) == pre(head)
             popped = pop and bool(model)
             assert ctx.get(dut.room) == (len(model) <= depth)      # registered: not popped
             await ctx.tick()
@@ -282,6 +283,68 @@ def test_command_queue_matches_a_deque(depth: int) -> None:
             if push:
                 model.append(counter)
                 counter += 1
+
+    run_bench(dut, bench)
+
+
+@pytest.mark.parametrize("bpc", [8, 16, 32])
+def test_fetch_dispatches_predecoded_bits(bpc: int) -> None:
+    """Fetch dispatches the program's words in order, each to its module's queue with every
+    queue's predecoded bits of it, formed as the words arrived (as two beats, one, or two
+    words in a beat). Half the words are a random program's instructions, half random bits
+    (whose routing follows the opcode alone)."""
+    from accel.isa import decode_insn, encode_insn, module_of
+    from hw.compute import compute_predecode
+    from hw.dma import mem_predecode
+    from hw.fetch import QUEUES, Fetch
+    from hw.randprog import numpy_pick, random_program
+
+    cfg = load_config("tiny").replace(**{"dram.bytes_per_cycle": bpc})
+    p = RtlParams.of(cfg)
+    fns = {"load": mem_predecode, "compute": compute_predecode, "store": mem_predecode}
+    dut = Fetch(p, predecode=fns)
+    assert dut.pre_bits("compute") == len(Cat(compute_predecode(dut.cmd_compute.payload)))
+    assert dut.pre_bits("load") == dut.pre_bits("store") == 1
+    rng = np.random.default_rng(bpc)
+    count = 3 * p.fetch_batch + 1
+    program, _ = random_program(cfg, numpy_pick(rng), 3)
+    valid = [encode_insn(insn, cfg) for insn in program.insns]
+    words = [valid[i % len(valid)] if i % 2 else int.from_bytes(rng.bytes(16), "little")
+             for i in range(count)]
+    image = b"".join(w.to_bytes(16, "little") for w in words)
+    base = 64
+
+    async def bench(ctx: object) -> None:
+        ctx.set(dut.dram.req.ready, 1)
+        for q in QUEUES:
+            ctx.set(getattr(dut, f"room_{q}"), 1)
+        ctx.set(dut.insn_addr, base)
+        ctx.set(dut.insn_count, count)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        beats: deque[int] = deque()     # DRAM: a read's beats, from the cycle after its grant
+        seen = []
+        for _ in range(40 * count):
+            ctx.set(dut.dram.rsp_valid, bool(beats))
+            ctx.set(dut.dram.rsp_data, beats.popleft() if beats else 0)
+            for q in QUEUES:
+                port = getattr(dut, f"cmd_{q}")
+                if ctx.get(port.valid):
+                    seen.append(ctx.get(port.payload.as_value()))
+                    if len(seen) % 2 == 0:      # a valid instruction
+                        module = module_of(decode_insn(seen[-1], cfg))
+                        assert module.name.lower() == q, (len(seen), q)
+                    want = ctx.get(Cat(fns[q](port.payload)))
+                    assert ctx.get(getattr(dut, f"pre_{q}")) == want, (len(seen), q)
+            if ctx.get(dut.dram.req.valid):
+                addr = ctx.get(dut.dram.req.payload.addr) - base
+                size = ctx.get(dut.dram.req.payload.bytes)
+                beats.extend(int.from_bytes(image[addr + at:addr + min(at + bpc, size)],
+                                            "little") for at in range(0, size, bpc))
+            await ctx.tick()
+        mask = (1 << p.insn_bits) - 1
+        assert seen == [w & mask for w in words]
 
     run_bench(dut, bench)
 
