@@ -727,10 +727,12 @@ class Compute(wiring.Component):
                         gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
         # One registered write port serves acc and out: the result with its destination, or
         # LOAD ACC's write, whose engine data and enable come through a few gates from its
-        # state. Either lands a cycle later, before anything can read it; LOAD ACC writes from
-        # its first data beat on, at least two cycles after its decode, so never together with
-        # the previous instruction's last write (and no micro-op is in flight to forward
-        # ``wdata`` while it loads).
+        # state. Either lands a cycle later, before anything can read it. The engine's data is
+        # picked while it is past its request (``writing_acc``, from flip-flops: the enable
+        # itself comes late, behind the DRAM beat), at least two cycles after the LOAD's
+        # decode: never with the previous instruction's last result (formed, at the latest,
+        # the cycle after that instruction's last), and no micro-op is in flight to forward
+        # ``wdata`` while it loads.
         # A DRAM beat wider than an acc element carries several (``lanes`` of the acc buffer's
         # write port, one enable each): LOAD ACC's other lanes are registered beside
         # ``wdata``, which holds lane 0 (a result is always lane 0).
@@ -738,13 +740,12 @@ class Compute(wiring.Component):
         w_load = Signal(len(acc_buf.w.en))          # LOAD ACC's lane enables (acc only)
         w_rest = Signal(len(acc_buf.w.data) - width)  # LOAD ACC's lanes 1 and up
         w_dst = Signal(acc_bits)
-        with m.If(eng.wr_acc.en != 0):
+        m.d.sync += [w_load.eq(eng.wr_acc.en), w_rest.eq(eng.wr_acc.data[width:])]
+        with m.If(eng.writing_acc):
             m.d.sync += [w_dst.eq(eng.wr_acc.addr), wdata.eq(eng.wr_acc.data[:width]),
-                         w_rest.eq(eng.wr_acc.data[width:]), w_valid.eq(0),
-                         w_load.eq(eng.wr_acc.en)]
+                         w_valid.eq(0)]
         with m.Else():
-            m.d.sync += [w_dst.eq(wb_dst), wdata.eq(result), w_valid.eq(wb_valid),
-                         w_load.eq(0)]
+            m.d.sync += [w_dst.eq(wb_dst), wdata.eq(result), w_valid.eq(wb_valid)]
         out_tile = Cat(*(wdata.word_select(lane, 32)[:8] for lane in range(lanes)))
         m.d.comb += [
             acc_buf.w.addr.eq(w_dst),

@@ -185,13 +185,20 @@ class LoadEngine(_Engine):
         Read requests.
     wr_<buffer> : Out(BufferWrite)
         Element writes, data and padding.
+    writing_<buffer> : Out
+        A LOAD of this buffer is past its request, moving data or padding: every write of
+        ``wr_<buffer>`` falls in these cycles. From flip-flops through one gate, so that a
+        writer sharing a port with this engine can pick its data early.
     """
 
     def __init__(self, params: RtlParams, targets: tuple[MemType, ...]) -> None:
         if not targets:
             raise ValueError("targets must name at least one memory type")
         self._targets = tuple(targets)
-        members = {f"wr_{t.buffer}": Out(BufferWrite(params.buffer_of(t))) for t in targets}
+        members: dict[str, object] = {}
+        for t in targets:
+            members[f"wr_{t.buffer}"] = Out(BufferWrite(params.buffer_of(t)))
+            members[f"writing_{t.buffer}"] = Out(1)
         super().__init__(params, members)
 
     @property
@@ -342,7 +349,7 @@ class LoadEngine(_Engine):
         padding = Signal()
         loading = Signal()
 
-        with m.FSM():
+        with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.start & ~s["zero"]):
                     m.next = "REQ"
@@ -381,7 +388,11 @@ class LoadEngine(_Engine):
         for i, (t, g) in enumerate(zip(self._targets, geoms, strict=True)):
             wr = getattr(self, f"wr_{t.buffer}")
             mine = Signal(name=f"mine_{t.buffer}")
-            m.d.comb += mine.eq(tsel == i)
+            m.d.comb += [
+                mine.eq(tsel == i),
+                getattr(self, f"writing_{t.buffer}").eq(
+                    (fsm.ongoing("XFER") | fsm.ongoing("PAD")) & mine),
+            ]
             if g.lanes > 1:
                 n = _lanes_now(m, g, elems_left, t.buffer)
                 step_t: object = n
