@@ -49,6 +49,9 @@ def add_parsers(subparsers: Any) -> None:
                    help="ECP5 device for --pnr (LFE5U-25F/45F/85F; default 45k)")
     p.add_argument("--seed", type=int, default=1,
                    help="nextpnr placement seed for --pnr (default 1)")
+    p.add_argument("--default-placer", action="store_true",
+                   help="place with nextpnr's default placer weights (default: weighted "
+                        "toward timing, see hw.synth.TIMING_PLACER)")
     p.add_argument("--late", type=int, default=10, metavar="N",
                    help="with --pnr, list the N registers with the latest inputs (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -107,7 +110,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
             print(f"{what} {cfg.name} for {args.target} (minutes)...", file=sys.stderr)
         report = synthesize(cfg, args.target, pnr=args.pnr, use_cache=not args.no_cache,
                             workdir=Path(args.workdir) if args.workdir else None,
-                            device=args.device, seed=args.seed)
+                            device=args.device, seed=args.seed,
+                            timing_placer=not args.default_placer)
     except SynthError as exc:
         return _fail(str(exc))
     except ValueError as exc:
@@ -123,8 +127,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
     print(f"BRAMs    {report.brams}")
     print(f"LUTRAM   {report.lutrams}")
     if report.fmax_mhz is not None:
+        placer = "timing-weighted placer" if report.timing_placer else "default placer"
         print(f"Fmax     {report.fmax_mhz:.1f} MHz (ECP5 LFE5U-{report.device.upper()}, "
-              f"post-route, seed {report.seed})")
+              f"post-route, seed {report.seed}, {placer})")
         _print_timing(report, cfg.clock_mhz, args.late)
     return 0
 

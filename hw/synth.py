@@ -75,6 +75,11 @@ TARGETS: dict[str, _Target] = {
 ECP5_DEVICES = {"25k": "CABGA256", "45k": "CABGA381", "85k": "CABGA381"}
 """ECP5 devices nextpnr places on (``--device``), with the package used for each."""
 
+TIMING_PLACER = ("--placer-heap-timingweight", "40", "--placer-heap-critexp", "4")
+"""nextpnr's HeAP placer weighted toward timing (its defaults are 10 and 2); measured on
+default (45F) in docs/architecture.md, "RTL clock speed". ``synthesize(...,
+timing_placer=False)`` places with nextpnr's defaults."""
+
 
 @dataclass
 class SynthReport:
@@ -105,6 +110,7 @@ class SynthReport:
     seconds: float = 0.0
     wrapper: int | None = None
     seed: int | None = None
+    timing_placer: bool | None = None
     critical_path: dict[str, Any] | None = None
     late: int | None = None
     late_groups: list[dict[str, Any]] = field(default_factory=list)
@@ -247,7 +253,8 @@ def _cache_file(cfg: HwConfig, target: str) -> Path:
 
 
 def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = True,
-               workdir: Path | None = None, device: str = "45k", seed: int = 1) -> SynthReport:
+               workdir: Path | None = None, device: str = "45k", seed: int = 1,
+               timing_placer: bool = True) -> SynthReport:
     """Synthesise ``Accelerator(cfg)`` for ``target`` (``ecp5``, ``ice40`` or ``xilinx``).
 
     Parameters
@@ -266,6 +273,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         ECP5 device for ``pnr``: ``25k``, ``45k`` or ``85k`` (LFE5U-25F/45F/85F).
     seed
         nextpnr's placement seed for ``pnr`` (Fmax varies by a few MHz between seeds).
+    timing_placer
+        Place with :data:`TIMING_PLACER` (else with nextpnr's default placer settings).
 
     Raises
     ------
@@ -293,7 +302,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         if data.get("design_hash") == digest and (
                 not pnr or (data.get("fmax_mhz") is not None and data.get("device") == device
                             and data.get("wrapper") == WRAPPER_VERSION
-                            and data.get("seed") == seed)):
+                            and data.get("seed") == seed
+                            and data.get("timing_placer") == timing_placer)):
             return SynthReport(**data)
     with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
@@ -309,7 +319,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
              ["-q", "-l", "yosys.log", "-p", script], work / "yosys.log", work)
         report = _report_from_cells(cfg, target, parse_stat((work / "stat.txt").read_text()))
         if pnr:
-            routed = _place_and_route(cfg, work, device, seed)
+            routed = _place_and_route(cfg, work, device, seed, timing_placer)
             fmax = routed.get("fmax", {})
             if not fmax:
                 raise SynthError(f"nextpnr reported no clock (log {work / 'nextpnr.log'})")
@@ -317,6 +327,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
             report.device = device
             report.wrapper = WRAPPER_VERSION
             report.seed = seed
+            report.timing_placer = timing_placer
             report.critical_path = _critical_path(routed)
             report.late, report.late_groups = late_endpoints(routed, 1000.0 / cfg.clock_mhz)
         report.design_hash = digest
@@ -334,7 +345,8 @@ def _has_fmax(cache: Path, digest: str) -> bool:
     return data.get("design_hash") == digest and data.get("fmax_mhz") is not None
 
 
-def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int) -> dict[str, Any]:
+def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int,
+                     timing_placer: bool) -> dict[str, Any]:
     """nextpnr's timing report (JSON, with every endpoint) of the pin-wrapped design on ECP5."""
     from hw.export import TOP_NAME, verilog_text
 
@@ -349,7 +361,7 @@ def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int) -> dict[
          [f"--{device}", "--package", ECP5_DEVICES[device], "--json", "wrapped.json",
           "--freq", str(cfg.clock_mhz), "--report", "report.json", "--detailed-timing-report",
           "--log", "nextpnr.log", "--lpf-allow-unconstrained", "--timing-allow-fail",
-          "--threads", "2", "--seed", str(seed)],
+          "--threads", "2", "--seed", str(seed), *(TIMING_PLACER if timing_placer else ())],
          work / "nextpnr.log", work)
     try:
         return dict(json.loads((work / "report.json").read_text()))

@@ -141,31 +141,30 @@ def _endpoint(cell: str, port: str, arrival: float) -> dict[str, object]:
     return {"cell": cell, "port": port, "delay": [0.7, arrival], "event": "posedge clk"}
 
 
+def _step(kind: str, delay: float, a: tuple[str, str], b: tuple[str, str]) -> dict[str, object]:
+    return {"type": kind, "delay": delay, "from": {"cell": a[0], "port": a[1]},
+            "to": {"cell": b[0], "port": b[1]}}
+
+
+MUL = ("accel.compute.gemm_core.mul_0_5_7", "P3")
+LUT = ("accel.compute.dot_LUT4_Z", "A")
+DOT = ("accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "DI")
+
 # The shape of nextpnr's ``--report`` with ``--detailed-timing-report`` (names as Yosys gives
 # them to ECP5 cells), cut down to a few nets.
 PNR_REPORT = {
     "fmax": {"clk": {"achieved": 78.5, "constraint": 100}},
-    "critical_paths": [{"from": "<async>", "to": "posedge clk", "path": [
-        {"type": "routing", "delay": 12.4,
-         "from": {"cell": "rst$tr_io", "port": "O"},
-         "to": {"cell": "accel.compute.alu_lane_4.lo_q[4]_TRELLIS_FF_Q", "port": "LSR"}},
-    ]}, {"from": "posedge clk", "to": "posedge clk", "path": [
-        {"type": "clk-to-q", "delay": 0.52,
-         "from": {"cell": "accel.compute.gemm_core.mul_0_5_7", "port": "CLK"},
-         "to": {"cell": "accel.compute.gemm_core.mul_0_5_7", "port": "P3"}},
-        {"type": "routing", "delay": 6.4,
-         "from": {"cell": "accel.compute.gemm_core.mul_0_5_7", "port": "P3"},
-         "to": {"cell": "accel.compute.dot_LUT4_Z", "port": "A"}},
-        {"type": "logic", "delay": 0.24,
-         "from": {"cell": "accel.compute.dot_LUT4_Z", "port": "A"},
-         "to": {"cell": "accel.compute.dot_LUT4_Z", "port": "Z"}},
-        {"type": "routing", "delay": 1.6,
-         "from": {"cell": "accel.compute.dot_LUT4_Z", "port": "Z"},
-         "to": {"cell": "accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "port": "DI"}},
-        {"type": "setup", "delay": 0.0,
-         "from": {"cell": "accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "port": "DI"},
-         "to": {"cell": "accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "port": "DI"}},
-    ]}],
+    "critical_paths": [
+        {"from": "<async>", "to": "posedge clk", "path": [
+            _step("routing", 12.4, ("rst$tr_io", "O"),
+                  ("accel.compute.alu_lane_4.lo_q[4]_TRELLIS_FF_Q", "LSR"))]},
+        {"from": "posedge clk", "to": "posedge clk", "path": [
+            _step("clk-to-q", 0.52, (MUL[0], "CLK"), MUL),
+            _step("routing", 6.4, MUL, LUT),
+            _step("logic", 0.24, LUT, (LUT[0], "Z")),
+            _step("routing", 1.6, (LUT[0], "Z"), DOT),
+            _step("setup", 0.0, DOT, DOT)]},
+    ],
     "detailed_net_timings": [
         {"net": "n1", "driver": "x", "port": "Z", "event": "posedge clk", "endpoints": [
             _endpoint("accel.compute.gemm_core.dot[3]_TRELLIS_FF_Q", "DI", 8.76),
@@ -233,31 +232,35 @@ def test_synth_pnr_prints_the_late_registers(monkeypatch: pytest.MonkeyPatch,
         seen.update(kw)
         return SynthReport(config="default", target=target, luts=1, ffs=2, dsps=3, brams=4,
                            lutrams=5, fmax_mhz=78.5, device="45k", seed=int(kw["seed"]),
+                           timing_placer=bool(kw["timing_placer"]),
                            critical_path=_critical_path(PNR_REPORT), late=late,
                            late_groups=groups)
 
     monkeypatch.setattr(hw.synth, "synthesize", fake_synthesize)
     assert cli(["synth", "--target", "ecp5", "--pnr", "--seed", "3", "--late", "2"]) == 0
-    assert seen["seed"] == 3 and seen["device"] == "45k"
+    assert seen["seed"] == 3 and seen["device"] == "45k" and seen["timing_placer"] is True
     out = capsys.readouterr().out
     assert out.endswith(
-        "Fmax     78.5 MHz (ECP5 LFE5U-45K, post-route, seed 3)\n"
+        "Fmax     78.5 MHz (ECP5 LFE5U-45K, post-route, seed 3, timing-weighted placer)\n"
         "worst    8.76 ns from compute.gemm_core.mul to compute.gemm_core.dot "
         "(8.00 ns routing, 1 logic cells)\n"
         "late     5 endpoints arrive later than 10.00 ns (100 MHz)\n"
         "   12.10 ns      1  compute.gemm_core.dot\n"
         "   11.00 ns      2  compute.a5\n")
+    assert cli(["synth", "--target", "ecp5", "--pnr", "--default-placer"]) == 0
+    assert seen["seed"] == 1 and seen["timing_placer"] is False
+    assert "seed 1, default placer)" in capsys.readouterr().out
 
 
 def test_synth_cache_keeps_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cached Fmax is reused only for the seed it was placed with."""
+    """A cached Fmax is reused only for the seed and placer settings it was placed with."""
     from hw.export import WRAPPER_VERSION, design_hash
 
     monkeypatch.setenv("ACCEL_CACHE_DIR", str(tmp_path))
     cfg = load_config("tiny")
     cached = SynthReport(config=cfg.name, target="ecp5", luts=1, ffs=2, dsps=3, brams=4,
                          lutrams=0, design_hash=design_hash(cfg, "ecp5"), fmax_mhz=90.0,
-                         device="45k", wrapper=WRAPPER_VERSION, seed=2)
+                         device="45k", wrapper=WRAPPER_VERSION, seed=2, timing_placer=True)
     (tmp_path / "synth").mkdir()
     (tmp_path / "synth" / f"{cfg.name}__ecp5.json").write_text(json.dumps(cached.to_dict()))
     assert synthesize(cfg, "ecp5", pnr=True, seed=2) == cached
@@ -269,3 +272,5 @@ def test_synth_cache_keeps_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(hw.synth, "_run", no_tools)
     with pytest.raises(hw.synth.SynthError, match="ran the tools"):
         synthesize(cfg, "ecp5", pnr=True, seed=1)
+    with pytest.raises(hw.synth.SynthError, match="ran the tools"):
+        synthesize(cfg, "ecp5", pnr=True, seed=2, timing_placer=False)
