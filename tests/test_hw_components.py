@@ -126,6 +126,12 @@ def test_rtl_config_checks(tiny: HwConfig) -> None:
 def test_component_parameter_errors(tiny: HwConfig) -> None:
     with pytest.raises(ValueError, match=exact("depth must be a positive integer, not 0")):
         CommandQueue(8, 0)
+    with pytest.raises(ValueError, match=exact("pre_bits must be a non-negative integer, not -1")):
+        CommandQueue(8, 2, pre_bits=-1)
+    from hw.fetch import Fetch
+    with pytest.raises(ValueError, match=exact(
+            "predecode for unknown queues ['alu']; the queues are load, compute, store")):
+        Fetch(RtlParams.of(tiny), predecode={"alu": lambda insn: insn.raw[:1]})
     with pytest.raises(TypeError, match=exact("depth must be an integer, not '4'")):
         TokenQueue("4")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=exact("beat_bits must be a power of two >= 8, not 48")):
