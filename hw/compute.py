@@ -689,10 +689,11 @@ class Compute(wiring.Component):
 
         def forwarded(index: Signal, read: object, name: str) -> object:
             hit6, hit7, hit78 = (Signal(name=f"{name}_hit{s}") for s in ("6", "7", "78"))
+            in6 = v6 & (dst6 == index)
             m.d.sync += [
                 hit6.eq(v5 & (dst5 == index)),
-                hit7.eq(v6 & (dst6 == index)),
-                hit78.eq((v6 & (dst6 == index)) | (v7 & (dst7 == index))),
+                hit7.eq(in6),
+                hit78.eq(in6 | (v7 & (dst7 == index))),
             ]
             return Mux(hit6, res6, Mux(hit78, Mux(hit7, wdata, wdata2), read))
 

@@ -22,11 +22,16 @@ from hw.sram import BufferRead, BufferWrite
 __all__ = ["LoadEngine", "StoreEngine", "mem_predecode"]
 
 
+def _moves_nothing(mem: object) -> object:
+    """A LOAD or STORE (a view of the memory-instruction layout) of zero size."""
+    return (mem.y_size == 0) | (mem.x_size == 0)
+
+
 def mem_predecode(insn: object) -> object:
     """The bit a LOAD or STORE's command queue stores beside it (formed by
     :class:`~hw.fetch.Fetch`): it moves nothing (a zero size), so it ends in its decode
     cycle."""
-    return (insn.mem.y_size == 0) | (insn.mem.x_size == 0)
+    return _moves_nothing(insn.mem)
 
 
 class _Engine(wiring.Component):
@@ -91,7 +96,7 @@ class _Engine(wiring.Component):
             s["burst_end"].eq(s["beat"] & one_beat),
             s["row_end"].eq(s["burst_end"] & ends_row),
             s["all_end"].eq(s["row_end"] & last_row),
-            s["zero"].eq((insn.y_size == 0) | (insn.x_size == 0)),
+            s["zero"].eq(_moves_nothing(insn)),
         ]
         # At decode: ``x_size << shift > max_burst`` is ``x_size > max_burst >> shift``, one
         # compare per memory type beside the type's decode.

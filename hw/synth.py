@@ -156,8 +156,8 @@ def register_of(cell: str) -> str:
 
     Drops the wrapper's ``accel.`` prefix, Yosys's ``_TRELLIS_FF_Q`` suffixes, bit indices,
     block-RAM slice numbers (``bank0.0.21`` and its ``_DOB7`` registers are ``bank0``; LUT RAM
-    ``mem.0.29$DPRAM_COMB3`` is ``mem``) and
-    trailing element numbers (``mul_0_5_7`` is ``mul``).
+    ``mem.0.29$DPRAM_COMB3`` is ``mem``) and trailing element numbers (``mul_0_5_7`` is
+    ``mul``).
     """
     name = cell.removeprefix("accel.")
     name = _BIT.sub("", _FF_SUFFIX.sub("", name))
@@ -177,10 +177,10 @@ def late_endpoints(report: dict[str, Any], period_ns: float,
     Every input of a register, block RAM or multiplier block that nextpnr times carries its
     arrival after routing (clock-to-out, logic and routes, setup included) over each net that
     reaches it; nets launched by an input pin (``<async>``: the reset) do not bound the clock
-    and are left out. Returns how many
-    arrive later than ``period_ns`` and, worst first, up to ``limit`` groups by
-    :func:`register_of`: ``{"register", "endpoints", "worst_ns"}``. The one path nextpnr
-    prints is only the worst of these; the groups show how much must change for a clock.
+    and are left out. Returns how many arrive later than ``period_ns`` and, worst first, up to
+    ``limit`` groups by :func:`register_of`: ``{"register", "endpoints", "worst_ns"}``. The
+    one path nextpnr prints is only the worst of these; the groups show how much must change
+    for a clock.
     """
     worst: dict[str, float] = {}
     count: dict[str, int] = {}
