@@ -53,7 +53,8 @@ def add_parsers(subparsers: Any) -> None:
                    help="place with nextpnr's default placer weights (default: weighted "
                         "toward timing, see hw.synth.TIMING_PLACER)")
     p.add_argument("--late", type=int, default=10, metavar="N",
-                   help="with --pnr, list the N registers with the latest inputs (default 10)")
+                   help="with --pnr, list the N registers with the latest inputs (default 10, "
+                        "at most 100)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-cache", action="store_true", help="ignore cached results")
     p.add_argument("--workdir", default=None, help="keep the tools' files in this folder")

@@ -75,6 +75,9 @@ TARGETS: dict[str, _Target] = {
 ECP5_DEVICES = {"25k": "CABGA256", "45k": "CABGA381", "85k": "CABGA381"}
 """ECP5 devices nextpnr places on (``--device``), with the package used for each."""
 
+LATE_GROUPS_KEPT = 100
+"""Groups of late endpoints a ``--pnr`` report keeps (``accel synth --late N`` shows N)."""
+
 TIMING_PLACER = ("--placer-heap-timingweight", "40", "--placer-heap-critexp", "4")
 """nextpnr's HeAP placer weighted toward timing (its defaults are 10 and 2); measured on
 default (45F) in docs/architecture.md, "RTL clock speed". ``synthesize(...,
@@ -329,7 +332,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
             report.seed = seed
             report.timing_placer = timing_placer
             report.critical_path = _critical_path(routed)
-            report.late, report.late_groups = late_endpoints(routed, 1000.0 / cfg.clock_mhz)
+            report.late, report.late_groups = late_endpoints(routed, 1000.0 / cfg.clock_mhz,
+                                                             limit=LATE_GROUPS_KEPT)
         report.design_hash = digest
         report.seconds = round(time.perf_counter() - t0, 1)
     if pnr or not (cache.exists() and _has_fmax(cache, digest)):
