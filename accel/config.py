@@ -13,7 +13,7 @@ YAML layout (every section optional except ``core``; absent keys take the defaul
     queues:    {cmd_depth: 512, token_depth: 256}                  # entries
     dram:      {bytes_per_cycle: 8, latency: 32, max_burst: 256}   # bytes, cycles, bytes
     clock_mhz: 100
-    gemm:      {ii: 1, depth: 4}                                   # cycles
+    gemm:      {ii: 1, depth: 5}                                   # cycles
     alu:       {ii: 2, depth: 4}                                   # cycles
     isa:       {iter_bits: 14, dram_addr_bits: 32, size_bits: 16, pad_bits: 4}
 """
@@ -130,7 +130,10 @@ _SECTIONS: dict[str, type] = {
     "alu": Pipeline,
     "isa": IsaWidths,
 }
-_SECTION_DEFAULTS: dict[str, Any] = {"alu": Pipeline(ii=2, depth=4)}
+_SECTION_DEFAULTS: dict[str, Any] = {
+    "gemm": Pipeline(ii=1, depth=5),
+    "alu": Pipeline(ii=2, depth=4),
+}
 _STRUCTURAL = ("core", "precision", "buffers")
 
 
@@ -165,7 +168,7 @@ class HwConfig:
     queues: Queues = field(default_factory=Queues)
     dram: DramConfig = field(default_factory=DramConfig)
     clock_mhz: float = 100.0
-    gemm: Pipeline = field(default_factory=Pipeline)
+    gemm: Pipeline = field(default_factory=lambda: Pipeline(ii=1, depth=5))
     alu: Pipeline = field(default_factory=lambda: Pipeline(ii=2, depth=4))
     isa: IsaWidths = field(default_factory=IsaWidths)
     description: str = ""

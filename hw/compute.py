@@ -14,6 +14,10 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
               s8), result registered                     registered
     s7  GEMM: write acc[dst], out[dst]              ALU: write acc[dst], out[dst]
 
+Where ``gemm.depth`` leaves room (:func:`hw.params.gemm_deep`: 5 at ``gemm.ii`` 1) the GEMM's
+products are registered once more in s5 and everything after them is a stage later: adder tree
+in s6, acc[dst] read in s5 and registered in s6, accumulate in s7, write in s8.
+
 The first micro-op of an instruction is read in the cycle before its decode, from the
 instruction then in front of the command queue (``DepControl.seen``); when that was another
 instruction, it is read in the decode cycle and issues a cycle later (``sim.costs``).
@@ -28,8 +32,8 @@ through the same port, hence ``alu.ii >= 2``; an operand read before a micro-op 
 is forwarded from that one's result. An instruction of ``n`` micro-ops takes
 ``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii``
 cycles after decode, its result is formed 6 cycles later and written at the end of the next
-(:data:`hw.params.WRITEBACK_STAGE`), and the module waits out the rest of the drain. At the
-default depths the ALU's last result is written in the cycle after the instruction's last, the
+(:func:`hw.params.writeback_stage`), and the module waits out the rest of the drain. At the
+shortest depths the ALU's last result is written in the cycle after the instruction's last, the
 GEMM's a cycle later still (:data:`hw.params.WRITE_AFTER_LAST`): nothing reads them earlier.
 """
 
@@ -233,7 +237,11 @@ class GemmCore(wiring.Component):
     routes to the multipliers spread over the chip start from flip-flops. Built for ECP5
     (:func:`hw.primitives.family_of`), each product is a ``MULT18X18D`` holding its operand and
     product registers (:func:`hw.primitives.mult18x18d`); elsewhere the operands are registered
-    once more for the array and each product is a ``*``.
+    once more for the array and each product is a ``*``. Where the GEMM's depth allows
+    (:func:`hw.params.gemm_deep`) the products are registered once more in the fabric (5 -> 6)
+    and the adder tree has a stage of its own (6 -> 7): on ECP5 the route out of the
+    multiplier blocks alone took 4.5-6.5 ns, and with three adder levels behind it in the same
+    stage the dot products bounded the clock (12-13 ns on the 45F).
 
     Parameters
     ----------
@@ -247,13 +255,14 @@ class GemmCore(wiring.Component):
     wgt : In
         One wgt tile, ``block_out x block_in`` int8, ``(o, k)`` at byte ``o * block_in + k``.
     sums : Out
-        Four cycles later: ``batch x block_out`` dot products as int32, ``(b, o)`` at word
-        ``b * block_out + o``.
+        Four cycles later (five when deep): ``batch x block_out`` dot products as int32,
+        ``(b, o)`` at word ``b * block_out + o``.
     """
 
     def __init__(self, params: RtlParams) -> None:
         cfg = params.cfg
         self._shape = (cfg.batch, cfg.block_in, cfg.block_out)
+        self._deep = params.gemm_deep
         super().__init__({
             "inp": In(cfg.inp_tile_bytes * 8),
             "wgt": In(cfg.wgt_tile_bytes * 8),
@@ -283,6 +292,10 @@ class GemmCore(wiring.Component):
                     else:
                         prod = Signal(signed(16), name=f"prod_{b}_{o}_{k}")
                         m.d.sync += prod.eq(x * w)
+                    if self._deep:
+                        prod_q = Signal(signed(16), name=f"prod_q_{b}_{o}_{k}")
+                        m.d.sync += prod_q.eq(prod)
+                        prod = prod_q
                     prods.append(prod)
                 dot = Signal(signed(16 + (bi - 1).bit_length()), name=f"dot_{b}_{o}")
                 m.d.sync += dot.eq(tree_sum(prods))
@@ -641,14 +654,16 @@ class Compute(wiring.Component):
             core.inp.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
             core.wgt.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
         ]
-        # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4.
+        # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4 (s5 when deep: every
+        # GEMM stage from the products on is a stage later, see ``GemmCore``).
+        deep = p.gemm_deep
         with m.If(alu_q):
             with m.If(v3):
                 m.d.comb += acc_buf.r.addr.eq(dst3)
             with m.Else():
                 m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
         with m.Else():
-            m.d.comb += acc_buf.r.addr.eq(dst4)
+            m.d.comb += acc_buf.r.addr.eq(dst5 if deep else dst4)
         acc_data = acc_buf.r.data[:cfg.acc_tile_bytes * 8]
         lanes = cfg.batch * cfg.block_out
         # Results are registered on their way to the buffers (``wdata``): the acc and out RAMs
@@ -661,7 +676,7 @@ class Compute(wiring.Component):
         width = cfg.acc_tile_bytes * 8
         v6, v7 = Signal(name="v6"), Signal(name="v7")
         dst6, dst7 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7))
-        wdata = Signal(width)       # the result of one cycle ago: GEMM's in s6, ALU's in s7
+        wdata = Signal(width)       # the result of one cycle ago: ALU's in s7, GEMM's in s7 (s8)
         wdata2 = Signal(width)      # two cycles ago
         m.d.sync += [v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6), wdata2.eq(wdata)]
 
@@ -669,12 +684,21 @@ class Compute(wiring.Component):
         # from flip-flops rather than from a block-RAM output. The read (at the end of s4)
         # sees the write of the micro-op three ahead (same edge, transparent port) but not
         # those one and two ahead, written at the end of s5 and s6: their results (in s7 and
-        # s8 when this one accumulates) are forwarded.
+        # s8 when this one accumulates) are forwarded. When deep, all of it a stage later.
+        valid = {5: v5, 6: v6, 7: v7}
+        dsts = {5: dst5, 6: dst6, 7: dst7}
+        if deep:
+            valid[8], dsts[8] = Signal(name="v8"), Signal(acc_bits, name="dst8")
+            m.d.sync += [valid[8].eq(v7), dsts[8].eq(dst7)]
+        arrive = 6 if deep else 5           # the stage acc[dst] arrives in
         gemm_acc6 = Signal(width)
         gemm_hit7 = Signal()
         gemm_hit8 = Signal()
-        m.d.sync += [gemm_acc6.eq(acc_data), gemm_hit7.eq(v6 & (dst6 == dst5)),
-                     gemm_hit8.eq(v7 & (dst7 == dst5))]
+        m.d.sync += [
+            gemm_acc6.eq(acc_data),
+            gemm_hit7.eq(valid[arrive + 1] & (dsts[arrive + 1] == dsts[arrive])),
+            gemm_hit8.eq(valid[arrive + 2] & (dsts[arrive + 2] == dsts[arrive])),
+        ]
 
         # ALU: source operand read in s2, destination in s3; in s4 both are taken from the
         # micro-op in s6 (forming its result now), s7 or s8 (results in ``wdata``, ``wdata2``)
@@ -712,11 +736,16 @@ class Compute(wiring.Component):
                 res6.word_select(lane, 32).eq(alu.result),
             ]
 
-        # Results, GEMM's and the ALU's, in s6; registered with their destination, then written.
+        # Results, GEMM's and the ALU's, in s6 (a deep GEMM's in s7); registered with their
+        # destination, then written. ``alu_q`` changes at the next instruction's decode at the
+        # earliest, after the last result of this one is formed.
         result = Signal(width)
         wb_valid = Signal()
         wb_dst = Signal(acc_bits)
-        m.d.comb += [wb_valid.eq(v6), wb_dst.eq(dst6)]
+        if deep:
+            m.d.comb += [wb_valid.eq(Mux(alu_q, v6, v7)), wb_dst.eq(Mux(alu_q, dst6, dst7))]
+        else:
+            m.d.comb += [wb_valid.eq(v6), wb_dst.eq(dst6)]
         with m.If(alu_q):
             m.d.comb += result.eq(res6)
         with m.Else():

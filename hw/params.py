@@ -25,17 +25,40 @@ __all__ = [
     "RtlParams",
     "check_rtl_config",
     "format_layout",
+    "gemm_deep",
+    "writeback_stage",
 ]
 
 WRITEBACK_STAGE = {"gemm": 7, "alu": 7}
 """Pipeline stage (cycles after the micro-op issues) at whose end GEMM / ALU results are written
-into the acc and out buffers."""
+into the acc and out buffers, in the shortest pipelines; the GEMM's is a stage later where its
+depth leaves room for a product register (:func:`gemm_deep`, :func:`writeback_stage`)."""
 
 WRITE_AFTER_LAST = {"gemm": 2, "alu": 1}
 """Cycles after an instruction's last cycle in which its last result may still be written:
 nothing reads acc or out earlier (the next compute instruction reads acc two cycles after its
 decode at the earliest, STORE's first out read is latched two cycles after the compute
 instruction's push, through a transparent port). The ALU needs only one."""
+
+
+def gemm_deep(cfg: HwConfig) -> bool:
+    """Whether the GEMM registers its products once more, in the fabric, before the adder tree.
+
+    The products come out of multiplier blocks that sit apart from the logic (on ECP5 the route
+    alone is 4-6 ns), so the adder tree gets a stage of its own where ``gemm.depth`` pays for
+    it: where the results, written a stage later, still land at most
+    :data:`WRITE_AFTER_LAST` cycles after the instruction's last (``depth >= 8 - ii - 2``: 5
+    at ``gemm.ii`` 1, 4 at ii 2). A shallower GEMM keeps the shortest pipeline; the cycle
+    counts are those of ``sim.costs`` either way.
+    """
+    g = cfg.gemm
+    return g.depth >= WRITEBACK_STAGE["gemm"] + 1 - g.ii - WRITE_AFTER_LAST["gemm"]
+
+
+def writeback_stage(cfg: HwConfig, unit: str) -> int:
+    """The stage at whose end ``unit``'s (``"gemm"`` or ``"alu"``) results are written in the
+    RTL of ``cfg``: :data:`WRITEBACK_STAGE`, a stage later for a :func:`gemm_deep` GEMM."""
+    return WRITEBACK_STAGE[unit] + int(unit == "gemm" and gemm_deep(cfg))
 
 
 def _log2(n: int) -> int:
@@ -109,6 +132,7 @@ class RtlParams:
     def __init__(self, cfg: HwConfig) -> None:
         check_rtl_config(cfg)
         self.cfg = cfg
+        self.gemm_deep = gemm_deep(cfg)
         self.isa = IsaLayout.of(cfg)
         self.beat_bits = cfg.dram.bytes_per_cycle * 8
         self.insn_bits = max(fmt.total_bits for fmt in self.isa.formats.values())

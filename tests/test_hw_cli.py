@@ -62,6 +62,12 @@ def test_verilog_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == f"{out}: {lines} lines of Verilog for {cfg.name}\n"
     # The DRAM data ports are as wide as the configured bus.
     assert f"input [{cfg.dram.bytes_per_cycle * 8 - 1}:0] dram__rsp_data;" in text
+    # The GEMM (depth 5) registers its products once more; at depth 4 it does not.
+    assert "reg [15:0] prod_q_0_0_0 " in text
+    short = tmp_path / "short.yaml"
+    short.write_text(yaml.safe_dump(cfg.replace(**{"gemm.depth": 4}).to_dict()))
+    assert cli(["verilog", "--config", str(short), "-o", str(out)]) == 0
+    assert "prod_q_0_0_0" not in out.read_text()
 
 
 def test_verilog_command_ecp5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

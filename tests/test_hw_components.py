@@ -21,7 +21,14 @@ from hw.control import DepControl
 from hw.dram import REQUESTERS, DramArbiter, DramPort
 from hw.export import PinWrapper
 from hw.lutmul import mul_low_lut
-from hw.params import BufferGeometry, RtlParams, check_rtl_config, format_layout
+from hw.params import (
+    BufferGeometry,
+    RtlParams,
+    check_rtl_config,
+    format_layout,
+    gemm_deep,
+    writeback_stage,
+)
 from hw.queues import CommandQueue, TokenQueue
 from hw.sram import SramBuffer
 from hw.top import Accelerator
@@ -566,24 +573,42 @@ def test_booth_lut_multiplier_matches_products(widths: tuple[int, ...], width: i
     sim.run()
 
 
-def test_gemm_core_matches_numpy(tiny: HwConfig) -> None:
-    p = RtlParams.of(tiny)
+def test_gemm_deep_follows_the_depth(tiny: HwConfig) -> None:
+    """The GEMM gets its product register where the depth pays for it: 5 at ii 1, 4 at ii 2."""
+    def deep(ii: int, depth: int) -> bool:
+        return gemm_deep(tiny.replace(**{"gemm.ii": ii, "gemm.depth": depth}))
+
+    assert [deep(1, d) for d in (4, 5, 6)] == [False, True, True]
+    assert [deep(2, d) for d in (3, 4)] == [False, True]
+    assert RtlParams.of(load_config("default")).gemm_deep and RtlParams.of(tiny).gemm_deep
+    for ii, depth in ((1, 4), (1, 5), (2, 4)):
+        cfg = tiny.replace(**{"gemm.ii": ii, "gemm.depth": depth})
+        assert writeback_stage(cfg, "gemm") == 7 + deep(ii, depth)
+        assert writeback_stage(cfg, "alu") == 7
+
+
+@pytest.mark.parametrize("depth", [4, 5])
+def test_gemm_core_matches_numpy(tiny: HwConfig, depth: int) -> None:
+    cfg = tiny.replace(**{"gemm.depth": depth})
+    p = RtlParams.of(cfg)
     dut = GemmCore(p)
     b, bi, bo = tiny.batch, tiny.block_in, tiny.block_out
+    lag = 3 + p.gemm_deep
     rng = np.random.default_rng(11)
     tiles = [(rng.integers(-128, 128, (b, bi), dtype=np.int8),
               rng.integers(-128, 128, (bo, bi), dtype=np.int8)) for _ in range(20)]
 
     async def bench(ctx: object) -> None:
-        for k in range(len(tiles) + 3):
+        for k in range(len(tiles) + lag):
             if k < len(tiles):
                 x, w = tiles[k]
                 ctx.set(dut.inp, int.from_bytes(x.tobytes(), "little"))
                 ctx.set(dut.wgt, int.from_bytes(w.tobytes(), "little"))
             await ctx.tick()
-            if k >= 3:
-                # Four register stages: after edge k + 1 the sums are those of tile k - 3.
-                x, w = tiles[k - 3]
+            if k >= lag:
+                # Four register stages (five when deep): after edge k + 1 the sums are those of
+                # tile k - 3 (k - 4).
+                x, w = tiles[k - lag]
                 want = (x.astype(np.int32) @ w.astype(np.int32).T).astype("<i4")
                 assert ctx.get(dut.sums) == int.from_bytes(want.tobytes(), "little")
 

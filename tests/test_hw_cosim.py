@@ -108,7 +108,7 @@ def chain_program(cfg: HwConfig) -> tuple[Program, Dram]:
 
 
 def test_load_gemm_store_chain(cfg: HwConfig, tiny: HwConfig) -> None:
-    assert cosim(*chain_program(cfg)) == 205
+    assert cosim(*chain_program(cfg)) == 206
     cosim(*chain_program(tiny))
 
 
@@ -239,12 +239,13 @@ def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
     cosim(*b.build())
 
 
-@pytest.mark.parametrize("gemm", [(1, 4), (2, 3), (1, 6)])
+@pytest.mark.parametrize("gemm", [(1, 4), (2, 3), (1, 5), (2, 4), (1, 6)])
 def test_gemm_accumulates_what_the_previous_micro_ops_wrote(tiny: HwConfig,
                                                             gemm: tuple[int, int]) -> None:
     """Back-to-back GEMM micro-ops into one destination (the result of the one just ahead is
     forwarded) and into alternating destinations (the one two ahead is seen through the acc
-    port's transparency), after a reset, at each GEMM ii."""
+    port's transparency), after a reset, at each GEMM ii, with and without the product
+    register (``hw.params.gemm_deep``: depth 5 at ii 1, 4 at ii 2)."""
     cfg = tiny.replace(**{"gemm.ii": gemm[0], "gemm.depth": gemm[1]})
     b = ProgramBuilder(cfg)
     ia, wa, oa = gemm_tensors(b, 11, inp=8, wgt=4, out=4)
@@ -262,12 +263,12 @@ def test_gemm_accumulates_what_the_previous_micro_ops_wrote(tiny: HwConfig,
     cosim(*b.build())
 
 
-@pytest.mark.parametrize("gemm", [(1, 4), (2, 3)])
+@pytest.mark.parametrize("gemm", [(1, 4), (2, 3), (1, 5), (2, 4)])
 def test_store_sends_the_last_gemm_result(tiny: HwConfig, gemm: tuple[int, int]) -> None:
-    """At the shortest GEMM depth the last result is written two cycles after the GEMM's last
-    one (``hw.params.WRITE_AFTER_LAST``); a STORE waiting for its token, on a DRAM of latency
-    1, reads that element first, through the out buffer's transparent port in the write's
-    cycle."""
+    """At the shortest GEMM depth, with and without the product register, the last result is
+    written two cycles after the GEMM's last one (``hw.params.WRITE_AFTER_LAST``); a STORE
+    waiting for its token, on a DRAM of latency 1, reads that element first, through the out
+    buffer's transparent port in the write's cycle."""
     cfg = tiny.replace(**{"gemm.ii": gemm[0], "gemm.depth": gemm[1], "dram.latency": 1})
     b = ProgramBuilder(cfg)
     ia, wa, oa = gemm_tensors(b, 5, inp=4, wgt=2, out=4)
@@ -376,12 +377,21 @@ def programs(cfg: HwConfig) -> st.SearchStrategy[tuple[Program, Dram]]:
 
 TINY = load_config("tiny")
 SHALLOW = TINY.replace(**{"queues.token_depth": 1, "queues.cmd_depth": 2})
+SHORT_GEMM = TINY.replace(**{"gemm.depth": 4})
 
 
 @settings(max_examples=8, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(programs(TINY))
 def test_random_programs_tiny(case: tuple[Program, Dram]) -> None:
+    cosim(*case)
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(programs(SHORT_GEMM))
+def test_random_programs_short_gemm(case: tuple[Program, Dram]) -> None:
+    """GEMM depth 4: the pipeline without the product register (``hw.params.gemm_deep``)."""
     cosim(*case)
 
 
@@ -400,6 +410,7 @@ VARIANTS = [
                     "queues.token_depth": 2}),
     TINY.replace(**{"dram.latency": 1, "dram.max_burst": 16}),
     TINY.replace(**{"gemm.ii": 2, "gemm.depth": 3, "alu.ii": 3, "alu.depth": 5}),
+    TINY.replace(**{"gemm.depth": 4, "dram.latency": 1, "dram.max_burst": 16}),
 ]
 
 

@@ -1,7 +1,7 @@
 """Timing simulator: exact timelines, overlap, back-pressure, bandwidth, deadlocks, statistics.
 
 Hand-computed numbers use the default config: DRAM latency 32 cycles, 8 bytes/cycle, 256-byte
-bursts; GEMM ii 1 depth 4; ALU ii 2 depth 4; one decode cycle per instruction. Fetch reads up to
+bursts; GEMM ii 1 depth 5; ALU ii 2 depth 4; one decode cycle per instruction. Fetch reads up to
 16 instructions (256 bytes) per transaction and dispatches one per cycle.
 """
 
@@ -82,19 +82,19 @@ def test_load_gemm_store_chain() -> None:
     # fetch 6 instructions (96 B): 32 + 12 = 44, dispatch at 45..50.
     # LOAD INP: decode 45..46, DRAM 46..82. LOAD UOP (compute) asks at 48, granted 82..118.
     # LOAD WGT: decode 82..83, waits for the channel, 118 + 32 + 8 = 158, pushes.
-    # GEMM: 1 + 4 + 4 = 9 -> 167. STORE: decode 167..168, DRAM 168 + 36 = 204. FINISH 205.
+    # GEMM: 1 + 4 + 5 = 10 -> 168. STORE: decode 168..169, DRAM 169 + 36 = 205. FINISH 206.
     assert timeline(stats) == [
         ("load", "LOAD", 45, 82),
         ("compute", "LOAD", 47, 118),
         ("load", "LOAD", 82, 158),
-        ("compute", "GEMM", 158, 167),
-        ("store", "STORE", 167, 204),
-        ("compute", "FINISH", 204, 205),
+        ("compute", "GEMM", 158, 168),
+        ("store", "STORE", 168, 205),
+        ("compute", "FINISH", 205, 206),
     ]
-    assert stats.cycles == 205
+    assert stats.cycles == 206
     assert stats.modules["load"].stalls["dram"] == 32 + (118 - 83) + 32
     assert stats.macs == 4 * 64
-    assert stats.gemm_utilization == pytest.approx(256 / (205 * 64))
+    assert stats.gemm_utilization == pytest.approx(256 / (206 * 64))
     assert stats.bytes_written == {"inp": 32, "wgt": 64, "uop": 32, "acc": 128, "out": 32}
     assert stats.bytes_read == {"uop": 32, "inp": 32, "wgt": 256, "acc": 128, "out": 32}
 
@@ -129,7 +129,7 @@ def test_double_buffering_overlaps_load_with_gemm() -> None:
     cfg = load_config()
     fast = run_sim(*double_buffer_program(cfg, overlap=True))
     slow = run_sim(*double_buffer_program(cfg, overlap=False))
-    gemm = 1 + 8 * 16 + 4                              # 133 cycles per thread
+    gemm = 1 + 8 * 16 + 5                              # 134 cycles per thread
     load = 1 + costs.dram_cycles(16 * 8, cfg)          # 1 + 32 + 16 = 49
     assert costs.gemm_cycles(double_buffer_program(cfg, True)[0].insns[4], cfg) == gemm
 
@@ -334,7 +334,7 @@ def test_stats_to_dict_and_trace(tmp_path: Path) -> None:
     program, dram = chain_program(cfg)
     result = run_program(program, dram, backend="sim", trace=True)
     summary = json.loads(json.dumps(result.stats.to_dict()))
-    assert summary["cycles"] == 205
+    assert summary["cycles"] == 206
     assert set(summary["modules"]) == {"fetch", "load", "compute", "store"}
     path = tmp_path / "trace.json"
     result.stats.write_trace(path)
@@ -347,7 +347,7 @@ def test_stats_to_dict_and_trace(tmp_path: Path) -> None:
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert "dram bytes/cycle" in counters and "tokens load->compute" in counters
     gemm = next(e for e in slices if e["name"].startswith("GEMM"))
-    assert gemm["ts"] == pytest.approx(158 / cfg.clock_mhz) and gemm["args"]["cycles"] == 9
+    assert gemm["ts"] == pytest.approx(158 / cfg.clock_mhz) and gemm["args"]["cycles"] == 10
 
 
 def test_timing_simulator_rejects_foreign_program() -> None:
