@@ -39,7 +39,7 @@ GEMM's a cycle later still (:data:`hw.params.WRITE_AFTER_LAST`): nothing reads t
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -385,16 +385,25 @@ class Compute(wiring.Component):
         sel_q = Signal(name="uop_sel_q")
         m.d.sync += [wr_en_q.eq(wr.en), wr_addr_q.eq(wr.addr), wr_data_q.eq(wr.data),
                      addr_q.eq(addr), sel_q.eq(sel)]
-        lane = []
-        for c in range(2):                  # the two elements read: addr, addr + 1
-            want = Signal(g.addr_bits, name=f"uop_want{c}")
-            m.d.comb += want.eq(addr_q + c)
-            word: object = buf.r.data.word_select(c, g.elem_bits)
-            for i in range(g.lanes):
-                lane_hit = wr_en_q[i] & ((wr_addr_q + i)[:g.addr_bits] == want)
-                word = Mux(lane_hit, wr_data_q.word_select(i, g.elem_bits), word)
-            lane.append(word)
-        return Mux(sel_q, lane[1], lane[0])[:self._p.cfg.uop_bits]
+        # Which write lane, if any, holds the micro-op wanted (``addr + sel``): formed from
+        # registers only, beside the block RAM's read, and kept (``keep``) as its own logic so
+        # that the RAM's data, which Yosys's mapper sees as arriving no later than a
+        # register's, passes only the last multiplexers (one wide LUT: the two lanes, ``sel``,
+        # the hit and the forwarded bit) rather than the compares' LUT levels.
+        want = Signal(g.addr_bits, name="uop_want")
+        m.d.comb += want.eq(addr_q + sel_q)
+        hit = Signal(name="uop_fwd_hit", attrs={"keep": 1})
+        fwd = Signal(g.elem_bits, name="uop_fwd", attrs={"keep": 1})
+        word: object = Const(0, g.elem_bits)
+        hits = []
+        for i in range(g.lanes):
+            lane_hit = wr_en_q[i] & ((wr_addr_q + i)[:g.addr_bits] == want)
+            word = Mux(lane_hit, wr_data_q.word_select(i, g.elem_bits), word)
+            hits.append(lane_hit)
+        m.d.comb += [hit.eq(Cat(*hits).any()), fwd.eq(word)]
+        read = Mux(sel_q, buf.r.data.word_select(1, g.elem_bits),
+                   buf.r.data.word_select(0, g.elem_bits))
+        return Mux(hit, fwd, read)[:self._p.cfg.uop_bits]
 
     def elaborate(self, platform: object) -> Module:
         m = Module()

@@ -62,7 +62,10 @@ def test_verilog_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == f"{out}: {lines} lines of Verilog for {cfg.name}\n"
     # The DRAM data ports are as wide as the configured bus.
     assert f"input [{cfg.dram.bytes_per_cycle * 8 - 1}:0] dram__rsp_data;" in text
-    # The GEMM (depth 5) registers its products once more; at depth 4 it does not.
+    # The micro-op forwarding's hit and word stay apart from the RAM's data path, and the
+    # GEMM (depth 5) registers its products once more; at depth 4 it does not.
+    assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire uop_fwd_hit;", text)
+    assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire \[\d+:0\] uop_fwd;", text)
     assert "reg [15:0] prod_q_0_0_0 " in text
     short = tmp_path / "short.yaml"
     short.write_text(yaml.safe_dump(cfg.replace(**{"gemm.depth": 4}).to_dict()))
