@@ -716,22 +716,29 @@ class Compute(wiring.Component):
         # The hits are compared a cycle ahead (in s3, against the micro-ops then in s5, s6 and
         # s7: the pipeline from s3 on never stalls) and registered, so that in s4 the late
         # inputs, the ALU's result and the acc RAM's read data, pass one multiplexer each.
+        # For the destination operand, read straight from the RAM, the forwarded value is
+        # kept as its own logic (``keep``, as for ``uop``) and the RAM's data (after Yosys's
+        # transparency multiplexer) passes only the last one.
         src_data4 = Signal(width)
         a5, b5, res6 = (Signal(width, name=n) for n in ("a5", "b5", "res6"))
         m.d.sync += src_data4.eq(acc_data)
 
-        def forwarded(index: Signal, read: object, name: str) -> object:
-            hit6, hit7, hit78 = (Signal(name=f"{name}_hit{s}") for s in ("6", "7", "78"))
-            in6 = v6 & (dst6 == index)
-            m.d.sync += [
-                hit6.eq(v5 & (dst5 == index)),
-                hit7.eq(in6),
-                hit78.eq(in6 | (v7 & (dst7 == index))),
-            ]
-            return Mux(hit6, res6, Mux(hit78, Mux(hit7, wdata, wdata2), read))
+        def forwarded(index: Signal, read: object, name: str, keep: bool = False) -> object:
+            hit6, hit7 = (Signal(name=f"{name}_hit{s}") for s in ("6", "7"))
+            in5, in6, in7 = (v & (d == index) for v, d in ((v5, dst5), (v6, dst6), (v7, dst7)))
+            m.d.sync += [hit6.eq(in5), hit7.eq(in6)]
+            if not keep:
+                hit78 = Signal(name=f"{name}_hit78")
+                m.d.sync += hit78.eq(in6 | in7)
+                return Mux(hit6, res6, Mux(hit78, Mux(hit7, wdata, wdata2), read))
+            use = Signal(name=f"{name}_use_fwd")
+            fwd = Signal(width, name=f"{name}_fwd", attrs={"keep": 1})
+            m.d.sync += use.eq(in5 | in6 | in7)
+            m.d.comb += fwd.eq(Mux(hit6, res6, Mux(hit7, wdata, wdata2)))
+            return Mux(use, fwd, read)
 
         m.d.sync += [
-            a5.eq(forwarded(dst3, acc_data, "dst")),
+            a5.eq(forwarded(dst3, acc_data, "dst", keep=True)),
             b5.eq(Mux(use_imm_q, Cat(*([imm_q] * lanes)),
                       forwarded(src3[:acc_bits], src_data4, "src"))),
         ]
