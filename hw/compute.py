@@ -48,7 +48,7 @@ from hw.control import DepControl
 from hw.dma import LoadEngine, mem_predecode
 from hw.dram import dram_port
 from hw.lutmul import mul_low_lut_parts, tree_sum
-from hw.params import RtlParams
+from hw.params import RtlParams, writeback_stage
 from hw.primitives import family_of, mult18x18d
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer
@@ -699,7 +699,7 @@ class Compute(wiring.Component):
         if deep:
             valid[8], dsts[8] = Signal(name="v8"), Signal(acc_bits, name="dst8")
             m.d.sync += [valid[8].eq(v7), dsts[8].eq(dst7)]
-        arrive = 6 if deep else 5           # the stage acc[dst] arrives in
+        arrive = writeback_stage(cfg, "gemm") - 2   # the stage acc[dst] arrives in
         gemm_acc6 = Signal(width)
         gemm_hit7 = Signal()
         gemm_hit8 = Signal()
