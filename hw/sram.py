@@ -92,7 +92,10 @@ class SramBuffer(wiring.Component):
         depth mux follows it). A non-transparent port registers the data instead, so the
         reader's register stays a fabric flip-flop after the mux: the GEMM operand buffers
         (whose reads and writes tokens keep apart) and the micro-op buffer (whose reader
-        forwards a write itself) use it.
+        forwards a write itself) use it. What such a read returns at the edge of a write to
+        the same element is left unspecified (the simulators return the old data, the
+        netlist may return either; the memories carry Yosys's ``no_rw_check``), so its
+        readers must not depend on it.
     read_lanes
         Consecutive elements a read returns (a power of two; default: the write lanes). The
         buffer has ``max(lanes, read_lanes)`` banks.
@@ -134,7 +137,12 @@ class SramBuffer(wiring.Component):
         rows = g.depth // k
         banks = []
         for b in range(k):
-            mem = Memory(shape=g.store_bits, depth=rows, init=[])
+            # A non-transparent bank's reader never uses what a read returns at the edge of a
+            # write to the same row; Yosys is told so (``no_rw_check``) and adds no logic
+            # emulating read-first behaviour (a registered address compare and a multiplexer
+            # after the block RAM, on the read path).
+            attrs = {} if self._transparent else {"no_rw_check": 1}
+            mem = Memory(shape=g.store_bits, depth=rows, init=[], attrs=attrs)
             m.submodules[f"bank{b}"] = mem
             wp = mem.write_port()
             rp = mem.read_port(transparent_for=(wp,) if self._transparent else ())

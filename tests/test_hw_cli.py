@@ -67,6 +67,16 @@ def test_verilog_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire uop_fwd_hit;", text)
     assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire \[\d+:0\] uop_fwd;", text)
     assert "reg [15:0] prod_q_0_0_0 " in text
+    # The banks of the non-transparent buffers (micro-ops, GEMM operands) and only they leave
+    # read/write collisions to Yosys.
+    marked = {}
+    for mod in re.finditer(r"^module \\?(\S+?) ?\(.*?^endmodule", text, re.S | re.M):
+        banks = re.findall(r"^(.*)\n\s*reg \[\d+:0\] bank\d+ \[\d+:0\];", mod.group(0), re.M)
+        if banks:
+            marked[mod.group(1).split(".")[-1]] = {"no_rw_check" in b for b in banks}
+    assert marked == {"uop_buffer": {True}, "inp_buffer": {True}, "wgt_buffer": {True},
+                      "acc_buffer": {False}, "out_buffer": {False}, "buffer": {False},
+                      "pre_buffer": {False}}
     short = tmp_path / "short.yaml"
     short.write_text(yaml.safe_dump(cfg.replace(**{"gemm.depth": 4}).to_dict()))
     assert cli(["verilog", "--config", str(short), "-o", str(out)]) == 0

@@ -411,6 +411,7 @@ VARIANTS = [
     TINY.replace(**{"dram.latency": 1, "dram.max_burst": 16}),
     TINY.replace(**{"gemm.ii": 2, "gemm.depth": 3, "alu.ii": 3, "alu.depth": 5}),
     TINY.replace(**{"gemm.depth": 4, "dram.latency": 1, "dram.max_burst": 16}),
+    TINY.replace(**{"gemm.ii": 2, "gemm.depth": 4, "alu.ii": 3, "alu.depth": 3}),
 ]
 
 
