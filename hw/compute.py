@@ -665,14 +665,14 @@ class Compute(wiring.Component):
         ]
         # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4 (s5 when deep: every
         # GEMM stage from the products on is a stage later, see ``GemmCore``).
-        deep = p.gemm_deep
+        arrive = writeback_stage(cfg, "gemm") - 2   # the stage the GEMM's acc[dst] arrives in
         with m.If(alu_q):
             with m.If(v3):
                 m.d.comb += acc_buf.r.addr.eq(dst3)
             with m.Else():
                 m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
         with m.Else():
-            m.d.comb += acc_buf.r.addr.eq(dst5 if deep else dst4)
+            m.d.comb += acc_buf.r.addr.eq({4: dst4, 5: dst5}[arrive - 1])
         acc_data = acc_buf.r.data[:cfg.acc_tile_bytes * 8]
         lanes = cfg.batch * cfg.block_out
         # Results are registered on their way to the buffers (``wdata``): the acc and out RAMs
@@ -696,10 +696,9 @@ class Compute(wiring.Component):
         # s8 when this one accumulates) are forwarded. When deep, all of it a stage later.
         valid = {5: v5, 6: v6, 7: v7}
         dsts = {5: dst5, 6: dst6, 7: dst7}
-        if deep:
-            valid[8], dsts[8] = Signal(name="v8"), Signal(acc_bits, name="dst8")
-            m.d.sync += [valid[8].eq(v7), dsts[8].eq(dst7)]
-        arrive = writeback_stage(cfg, "gemm") - 2   # the stage acc[dst] arrives in
+        for st in range(8, arrive + 3):
+            valid[st], dsts[st] = Signal(name=f"v{st}"), Signal(acc_bits, name=f"dst{st}")
+            m.d.sync += [valid[st].eq(valid[st - 1]), dsts[st].eq(dsts[st - 1])]
         gemm_acc6 = Signal(width)
         gemm_hit7 = Signal()
         gemm_hit8 = Signal()
@@ -758,10 +757,9 @@ class Compute(wiring.Component):
         result = Signal(width)
         wb_valid = Signal()
         wb_dst = Signal(acc_bits)
-        if deep:
-            m.d.comb += [wb_valid.eq(Mux(alu_q, v6, v7)), wb_dst.eq(Mux(alu_q, dst6, dst7))]
-        else:
-            m.d.comb += [wb_valid.eq(v6), wb_dst.eq(dst6)]
+        formed = arrive + 1                         # the stage a GEMM result is formed in
+        m.d.comb += [wb_valid.eq(Mux(alu_q, v6, valid[formed])),
+                     wb_dst.eq(Mux(alu_q, dst6, dsts[formed]))]
         with m.If(alu_q):
             m.d.comb += result.eq(res6)
         with m.Else():
