@@ -108,6 +108,12 @@ def compute_predecode(insn: object) -> object:
     return Cat(*(bits[name] for name in COMPUTE_PRE.members))
 
 
+def _starts_loop(bits: Value) -> Value:
+    """From an instruction's predecoded bits: a GEMM or ALU with micro-ops to issue."""
+    pre = COMPUTE_PRE(bits)
+    return pre.loop & ~pre.empty
+
+
 def alu_op(m: Module, op: object, a: object, b: object) -> tuple[Signal, Signal]:
     """MIN/MAX/ADD/SHR on 32-bit signed operands (``sim.functional.alu_apply`` semantics), as
     ``(value, pick_a)``: the result is ``a`` where ``pick_a`` is set, else ``value``.
@@ -411,7 +417,7 @@ class Compute(wiring.Component):
         cfg = p.cfg
         m.submodules.control = ctrl = DepControl(
             p.insn_layout, pops=("pop_prev", "pop_next"), pushes=("push_prev", "push_next"),
-            token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size)
+            token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size, start_when=_starts_loop)
         m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
         m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
                                                        read_lanes=max(2, p.buffers["uop"].lanes))
@@ -476,7 +482,6 @@ class Compute(wiring.Component):
                   "dst_out": acc_bits, "dst_in": acc_bits, "src_out": src_bits,
                   "src_in": src_bits, "wgt_out": wgt_bits, "wgt_in": wgt_bits, "alu": 1}
         held = {k: Signal(w, name=f"{k}_q") for k, w in widths.items()}
-        cur = {k: Signal(w, name=f"{k}_cur") for k, w in widths.items()}
         factors = ("dst_out", "dst_in", "src_out", "src_in", "wgt_out", "wgt_in")
 
         reset_q = Signal()
@@ -497,7 +502,7 @@ class Compute(wiring.Component):
         # One-cycle instructions: FINISH, an empty loop, a LOAD of zero size.
         m.d.comb += ctrl.single.eq(Mux(is_load, pre.zero, ~is_loop | empty))
         first = Signal()
-        m.d.comb += first.eq(start & is_loop & ~empty)
+        m.d.comb += first.eq(ctrl.start_if)       # start & is_loop & ~empty
         # The micro-op buffer is read a cycle ahead of each issue (see the pipeline below). The
         # first micro-op was read in the cycle before decode, at the ``bgn`` of the instruction
         # then in front (``ctrl.seen``): it issues in the decode cycle (``first_go``). Otherwise
@@ -507,98 +512,108 @@ class Compute(wiring.Component):
         first_go = Signal()
         first_late = Signal()
         m.d.comb += [first_go.eq(first & ctrl.seen), first_late.eq(first & ~ctrl.seen)]
-        m.d.comb += [cur[k].eq(Mux(first, now[k], held[k])) for k in widths]
 
         max_ii = max(cfg.gemm.ii, cfg.alu.ii)
         issuing = Signal()
         wait = Signal(range(max_ii))
         drain = Signal(range(max(cfg.gemm.ii + cfg.gemm.depth, cfg.alu.ii + cfg.alu.depth)))
         draining = Signal()
-        # Loop counters and the bases i * factor_out, j * factor_in (registered, then current).
+        # Loop counters and the bases i * factor_out, j * factor_in.
         u_q = Signal(widths["bgn"])
         u_last_q = Signal()         # u_q + 1 == end: u_q is the kernel's last micro-op
         j_last_q = Signal()         # j_q + 1 == iter_in, likewise
         i_last_q = Signal()         # i_q + 1 == iter_out
-        j_q, j = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
-        i_q, i = Signal(cfg.isa.iter_bits), Signal(cfg.isa.iter_bits)
+        j_q = Signal(cfg.isa.iter_bits)
+        i_q = Signal(cfg.isa.iter_bits)
         base_q = {k: Signal(widths[k], name=f"base_{k}_q") for k in factors}
-        base = {k: Signal(widths[k], name=f"base_{k}") for k in factors}
-        with m.If(first):
-            m.d.comb += [j.eq(0), i.eq(0)]
-            m.d.comb += [base[k].eq(0) for k in factors]
-        with m.Else():
-            m.d.comb += [j.eq(j_q), i.eq(i_q)]
-            m.d.comb += [base[k].eq(base_q[k]) for k in factors]
-        ii_now = Signal(range(max_ii + 1))
-        drain_len = Signal.like(drain)
-        m.d.comb += [
-            ii_now.eq(Mux(cur["alu"], cfg.alu.ii, cfg.gemm.ii)),
-            drain_len.eq(Mux(cur["alu"], cfg.alu.ii + cfg.alu.depth - 1,
-                             cfg.gemm.ii + cfg.gemm.depth - 1)),
-        ]
-        # ``first`` comes late in the decode cycle (command queue -> tokens -> start), so every
-        # sum and compare below is formed twice, from the instruction (loop counters at their
-        # start values) and from the registers, and ``first`` only picks one of the two.
-        def pick(from_now: object, from_held: object) -> Signal:
-            a, b = Value.cast(from_now), Value.cast(from_held)
-            out = Signal(max(len(a), len(b)))
-            m.d.comb += out.eq(Mux(first, a, b))
-            return out
-
-        nw = {k: Signal(w, name=f"{k}_now") for k, w in widths.items()}  # as ``cur`` keeps them
+        nw = {k: Signal(w, name=f"{k}_now") for k, w in widths.items()}
         m.d.comb += [nw[k].eq(now[k]) for k in widths]
-        bgn = cur["bgn"]
-        u_next = pick(nw["bgn"] + 1, u_q + 1)
-        j_next = pick(1, j_q + 1)
-        i_next = pick(1, i_q + 1)
-        one_now = Signal()          # a kernel of one micro-op
-        m.d.comb += one_now.eq(pre.one)
         one_q = Signal()
         in1_q = Signal()
         with m.If(start & is_loop):
-            m.d.sync += [one_q.eq(one_now), in1_q.eq(pre.in1)]
-        u_wrap = pick(one_now, u_last_q)
-        u_last_next = pick(pre.two, u_q + 2 == held["end"])  # of u_next
-        one = pick(one_now, one_q)
-        # The loop counters' end tests are registered with the counters, like ``u_last_q``.
-        j_wrap = pick(pre.in1, j_last_q)
-        i_wrap = pick(pre.out1, i_last_q)
-        j_last_next = pick(pre.in2, j_q + 2 == held["n_in"])        # of j_next
-        i_last_next = pick(pre.out2, i_q + 2 == held["n_out"])      # of i_next
-        in1 = pick(pre.in1, in1_q)                                  # of j = 0
-        stepped = {k: pick(nw[k], base_q[k] + held[k]) for k in factors}   # base + factor
-        issue = Signal()
+            m.d.sync += [one_q.eq(pre.one), in1_q.eq(pre.in1)]
         wait_zero = Signal()
-        m.d.comb += [wait_zero.eq(wait == 0), issue.eq(first_go | (issuing & wait_zero))]
-        last_uop = Signal()
-        m.d.comb += last_uop.eq(u_wrap & j_wrap & i_wrap)
-        with m.If(issue):
-            m.d.sync += wait.eq(ii_now - 1)
-            with m.If(~u_wrap):
-                m.d.sync += [u_q.eq(u_next), u_last_q.eq(u_last_next), j_q.eq(j), i_q.eq(i),
-                             j_last_q.eq(j_wrap), i_last_q.eq(i_wrap)]
-                m.d.sync += [base_q[k].eq(base[k]) for k in factors]
-            with m.Elif(~j_wrap):
-                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(j_next), i_q.eq(i),
-                             j_last_q.eq(j_last_next), i_last_q.eq(i_wrap)]
-                m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_in")]
-                m.d.sync += [base_q[k].eq(base[k]) for k in factors if k.endswith("_out")]
-            with m.Else():
-                m.d.sync += [u_q.eq(bgn), u_last_q.eq(one), j_q.eq(0), i_q.eq(i_next),
-                             j_last_q.eq(in1), i_last_q.eq(i_last_next)]
-                m.d.sync += [base_q[k].eq(0) for k in factors if k.endswith("_in")]
-                m.d.sync += [base_q[k].eq(stepped[k]) for k in factors if k.endswith("_out")]
-            with m.If(last_uop):
-                m.d.sync += [issuing.eq(0), draining.eq(1), drain.eq(drain_len)]
-            with m.Else():
-                m.d.sync += issuing.eq(1)
-        with m.Elif(issuing):
-            m.d.sync += wait.eq(wait - 1)
-        with m.If(first_late):
-            # Issue the first micro-op in the next cycle, from the registers.
-            m.d.sync += [u_q.eq(nw["bgn"]), u_last_q.eq(one_now), j_q.eq(0), i_q.eq(0),
-                         j_last_q.eq(pre.in1), i_last_q.eq(pre.out1), issuing.eq(1), wait.eq(0)]
-            m.d.sync += [base_q[k].eq(0) for k in factors]
+        m.d.comb += wait_zero.eq(wait == 0)
+        state: dict[str, Signal] = {
+            "wait": wait, "issuing": issuing, "draining": draining, "drain": drain, "u_q": u_q,
+            "u_last_q": u_last_q, "j_q": j_q, "i_q": i_q, "j_last_q": j_last_q,
+            "i_last_q": i_last_q, **{f"base_{k}": base_q[k] for k in factors},
+        }
+
+        # ``first`` comes late in the decode cycle (command queue -> tokens -> start), so the
+        # sequencer's next state is formed twice, as in a loop instruction's decode cycle
+        # (from the instruction, the loop counters at their start values) and as in any other
+        # cycle (from the registers), and ``first`` picks one of the two as the last
+        # multiplexer in front of each register.
+        def advance(decode: bool) -> dict[str, Value]:
+            if decode:
+                # The first micro-op issues now (``first_go``) or, when it was not read in
+                # the cycle before, in the next cycle from the registers (``first_late``).
+                go = ctrl.seen
+                alu, bgn = nw["alu"], nw["bgn"]
+                u_wrap, j_wrap, i_wrap = pre.one, pre.in1, pre.out1
+                u_next, u_last_next = nw["bgn"] + 1, pre.two
+                j, i, j_next, i_next = Const(0), Const(0), Const(1), Const(1)
+                j_last_next, i_last_next, one, in1 = pre.in2, pre.out2, pre.one, pre.in1
+                base = {k: Const(0) for k in factors}
+                stepped = {k: Value.cast(nw[k]) for k in factors}            # base + factor
+            else:
+                go = issuing & wait_zero
+                alu, bgn = held["alu"], held["bgn"]
+                u_wrap, j_wrap, i_wrap = u_last_q, j_last_q, i_last_q
+                u_next, u_last_next = u_q + 1, u_q + 2 == held["end"]         # of u_next
+                j, i, j_next, i_next = j_q, i_q, j_q + 1, i_q + 1
+                j_last_next = j_q + 2 == held["n_in"]                           # of j_next
+                i_last_next = i_q + 2 == held["n_out"]                          # of i_next
+                one, in1 = one_q, in1_q                                         # of j = 0
+                base = {k: Value.cast(base_q[k]) for k in factors}
+                stepped = {k: base_q[k] + held[k] for k in factors}
+            last = u_wrap & j_wrap & i_wrap
+            # The kernel goes on, or wraps and the inner loop steps, or both wrap and the
+            # outer loop steps.
+            kernel = {"u_q": u_next, "u_last_q": u_last_next, "j_q": j, "i_q": i,
+                      "j_last_q": j_wrap, "i_last_q": i_wrap,
+                      **{f"base_{k}": base[k] for k in factors}}
+            inner = {"u_q": bgn, "u_last_q": one, "j_q": j_next, "i_q": i,
+                     "j_last_q": j_last_next, "i_last_q": i_wrap,
+                     **{f"base_{k}": stepped[k] if k.endswith("_in") else base[k]
+                        for k in factors}}
+            outer = {"u_q": bgn, "u_last_q": one, "j_q": Const(0), "i_q": i_next,
+                     "j_last_q": in1, "i_last_q": i_last_next,
+                     **{f"base_{k}": Const(0) if k.endswith("_in") else stepped[k]
+                        for k in factors}}
+            issued = {name: Mux(~u_wrap, v, Mux(~j_wrap, inner[name], outer[name]))
+                      for name, v in kernel.items()}
+            issued.update({
+                "wait": Mux(alu, cfg.alu.ii, cfg.gemm.ii) - 1,
+                "issuing": ~last,
+                "draining": last | draining,
+                "drain": Mux(last, Mux(alu, cfg.alu.ii + cfg.alu.depth - 1,
+                                       cfg.gemm.ii + cfg.gemm.depth - 1), drain),
+            })
+            if decode:
+                late = {name: Value.cast(sig) for name, sig in state.items()}
+                late.update({"u_q": nw["bgn"], "u_last_q": pre.one, "j_q": Const(0),
+                             "i_q": Const(0), "j_last_q": pre.in1, "i_last_q": pre.out1,
+                             "issuing": Const(1), "wait": Const(0),
+                             **{f"base_{k}": Const(0) for k in factors}})
+                return {name: Mux(go, issued[name], late[name]) for name in state}
+            idle = {name: Value.cast(sig) for name, sig in state.items()}
+            idle["wait"] = Mux(issuing, wait - 1, wait)
+            return {name: Mux(go, issued[name], idle[name]) for name in state}
+
+        advance_decode, advance_run = advance(True), advance(False)
+
+        # Both are kept (Yosys ``keep``) as logic of their own, so that the mapper leaves
+        # ``first`` a single LUT in front of each register rather than spread through the sums
+        # and compares behind it.
+        for name, sig in state.items():
+            at_decode = Signal.like(sig, name=f"{name}_at_decode", attrs={"keep": 1})
+            running = Signal.like(sig, name=f"{name}_running", attrs={"keep": 1})
+            m.d.comb += [at_decode.eq(advance_decode[name]), running.eq(advance_run[name])]
+            m.d.sync += sig.eq(Mux(first, at_decode, running))
+        issue = Signal()
+        m.d.comb += issue.eq(first_go | (issuing & wait_zero))
         with m.If(draining):
             with m.If(drain == 0):
                 m.d.comb += seq_last.eq(1)
@@ -622,7 +637,7 @@ class Compute(wiring.Component):
         m.d.comb += [
             uop_addr.eq(Mux(issuing, Mux(wait_zero & u_last_q, held["bgn"], u_q), nw["bgn"])),
             uop_buf.r.addr.eq(uop_addr),
-            sel.eq(Mux(first_go, ~one_now, issuing & wait_zero & ~u_last_q)),
+            sel.eq(Mux(first_go, ~pre.one, issuing & wait_zero & ~u_last_q)),
         ]
         uop = Signal(p.uop_layout)
         m.d.sync += uop.eq(self._uop_fetch(m, uop_buf, eng.wr_uop, uop_addr, sel))

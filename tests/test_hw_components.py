@@ -147,6 +147,10 @@ def test_component_parameter_errors(tiny: HwConfig) -> None:
     with pytest.raises(ValueError, match=re.escape(
             "pops must be a subset of ('pop_prev', 'pop_next'), not ('pop',)")):
         DepControl(p.insn_layout, pops=("pop",), pushes=(), token_depth=4)
+    with pytest.raises(ValueError, match=exact(
+            "start_when needs predecoded bits (pre_bits > 0)")):
+        DepControl(p.insn_layout, pops=(), pushes=(), token_depth=4,
+                   start_when=lambda bits: bits[0])
     with pytest.raises(ValueError, match=exact("read_lanes must be a power of two, not 3")):
         SramBuffer(p.buffers["uop"], read_lanes=3)
 
@@ -192,6 +196,38 @@ def test_sram_buffer_banked_writes_and_reads(tiny: HwConfig, transparent: bool) 
     collisions = [0]
     run_bench(dut, bench)
     assert collisions[0] > 20                  # the two port kinds were told apart
+
+
+def test_dep_control_start_if_is_start_of_the_instructions_it_names(tiny: HwConfig) -> None:
+    """``start_if`` (formed from the queue's head and the held instruction separately) is
+    ``start & start_when(insn_pre)`` in every cycle, under random queues, tokens and room."""
+    p = RtlParams.of(tiny)
+    dut = DepControl(p.insn_layout, pops=("pop_prev", "pop_next"),
+                     pushes=("push_prev", "push_next"), token_depth=2, pre_bits=3,
+                     start_when=lambda bits: bits[0] & ~bits[1])
+    rng = np.random.default_rng(3)
+    seen = {True: 0, False: 0}
+
+    async def bench(ctx: object) -> None:
+        for _ in range(600):
+            ctx.set(dut.cmd.valid, int(rng.random() < 0.6))
+            ctx.set(dut.cmd.payload.as_value(), int(rng.integers(0, 2**63)))
+            ctx.set(dut.cmd_pre, int(rng.integers(0, 8)))
+            for name in ("pop_prev", "pop_next"):
+                ctx.set(getattr(dut, name).valid, int(rng.random() < 0.6))
+            for name in ("push_prev_room", "push_next_room"):
+                ctx.set(getattr(dut, name), int(rng.random() < 0.7))
+            ctx.set(dut.single, int(rng.random() < 0.5))
+            ctx.set(dut.last, int(rng.random() < 0.4))
+            start, pre = ctx.get(dut.start), ctx.get(dut.insn_pre)
+            want = bool(start and pre & 1 and not pre & 2)
+            assert ctx.get(dut.start_if) == want
+            if start:
+                seen[want] += 1
+            await ctx.tick()
+
+    run_bench(dut, bench)
+    assert seen[True] > 10 and seen[False] > 10      # starts of both kinds were made
 
 
 def test_sram_buffer_reads_more_lanes_than_it_writes() -> None:
