@@ -99,6 +99,14 @@ class SramBuffer(wiring.Component):
     read_lanes
         Consecutive elements a read returns (a power of two; default: the write lanes). The
         buffer has ``max(lanes, read_lanes)`` banks.
+    write_register
+        Register each bank's write address, enable and data (after the lanes are rotated to
+        their banks) in front of the memory, so that the writer's logic and the route to the
+        block RAM do not share a cycle: a write lands a cycle after it is presented, and a
+        read sees it two cycles after, not one. For buffers whose readers wait for a token
+        after the writer's last write: the GEMM operand buffers, which LOAD writes until its
+        last cycle, whose token compute sees in the next cycle at the earliest, in which it
+        decodes and issues the first micro-op, which reads a cycle later (stage 1).
 
     Ports
     -----
@@ -109,7 +117,7 @@ class SramBuffer(wiring.Component):
     """
 
     def __init__(self, geom: BufferGeometry, transparent: bool = True,
-                 read_lanes: int | None = None) -> None:
+                 read_lanes: int | None = None, write_register: bool = False) -> None:
         read_lanes = geom.lanes if read_lanes is None else read_lanes
         if read_lanes < 1 or read_lanes & (read_lanes - 1):
             raise ValueError(f"read_lanes must be a power of two, not {read_lanes}")
@@ -121,6 +129,7 @@ class SramBuffer(wiring.Component):
             )
         self._geom = geom
         self._transparent = transparent
+        self._write_register = write_register
         self._banks = banks
         super().__init__({"w": In(BufferWrite(geom)),
                           "r": In(BufferRead(geom, read_lanes))})
@@ -153,12 +162,15 @@ class SramBuffer(wiring.Component):
         w_lanes = [self.w.data[i * g.elem_bits:(i + 1) * g.elem_bits] for i in range(g.lanes)]
         w_lanes += [Const(0, g.elem_bits)] * (k - g.lanes)
         w_en = [self.w.en[i] for i in range(g.lanes)] + [Const(0)] * (k - g.lanes)
+        write = m.d.sync if self._write_register else m.d.comb
         if k == 1:
             wp, rp = banks[0]
-            m.d.comb += [
+            write += [
                 wp.addr.eq(self.w.addr),
                 wp.en.eq(self.w.en[0]),
                 wp.data.eq(self.w.data[:g.store_bits]),
+            ]
+            m.d.comb += [
                 rp.addr.eq(self.r.addr),
                 rp.en.eq(1),
                 self.r.data.eq(rp.data),
@@ -175,11 +187,13 @@ class SramBuffer(wiring.Component):
         en_arr = Array(w_en)
         for b, (wp, rp) in enumerate(banks):
             lane = Signal(lane_bits, name=f"w_lane{b}")
-            m.d.comb += [
-                lane.eq(b - w_lo),
+            m.d.comb += lane.eq(b - w_lo)
+            write += [
                 wp.addr.eq(w_hi + (b < w_lo)),
                 wp.en.eq(en_arr[lane]),
                 wp.data.eq(data_arr[lane][:g.store_bits]),
+            ]
+            m.d.comb += [
                 rp.addr.eq(r_hi + (b < r_lo)),
                 rp.en.eq(1),
             ]

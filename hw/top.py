@@ -133,8 +133,10 @@ class Accelerator(wiring.Component):
             wiring.connect(m, unit.dram, getattr(arb, name))
         wiring.connect(m, arb.dram, wiring.flipped(self.dram))
 
-        m.submodules.inp_buffer = inp = SramBuffer(p.buffers["inp"], transparent=False)
-        m.submodules.wgt_buffer = wgt = SramBuffer(p.buffers["wgt"], transparent=False)
+        m.submodules.inp_buffer = inp = SramBuffer(p.buffers["inp"], transparent=False,
+                                                   write_register=True)
+        m.submodules.wgt_buffer = wgt = SramBuffer(p.buffers["wgt"], transparent=False,
+                                                   write_register=True)
         m.submodules.out_buffer = out = SramBuffer(p.buffers["out"])
         wiring.connect(m, load.wr_inp, inp.w)
         wiring.connect(m, load.wr_wgt, wgt.w)

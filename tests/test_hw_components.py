@@ -230,6 +230,44 @@ def test_dep_control_start_if_is_start_of_the_instructions_it_names(tiny: HwConf
     assert seen[True] > 10 and seen[False] > 10      # starts of both kinds were made
 
 
+def test_sram_buffer_write_register_lands_writes_a_cycle_later(tiny: HwConfig) -> None:
+    """With ``write_register`` a write lands at the edge after the one it is presented at: a
+    read presented in the next cycle still returns the old element, one in the cycle after
+    that returns the new one."""
+    g = RtlParams.of(tiny).buffers["inp"]     # two lanes: the rotation is registered too
+    dut = SramBuffer(g, transparent=False, write_register=True)
+    rng = np.random.default_rng(11)
+    snaps = [np.zeros(g.depth, dtype=np.uint64)]   # the elements after each cycle's writes
+    stale = [0]
+
+    async def bench(ctx: object) -> None:
+        prev_addr = 0
+        for t in range(200):
+            addr = int(rng.integers(0, g.depth - 1))
+            en = int(rng.integers(0, 4))
+            lanes = [int(rng.integers(0, 2**32)) for _ in range(2)]
+            # A third of the reads are of what the previous cycle wrote.
+            raddr = prev_addr if rng.random() < 1 / 3 else int(rng.integers(0, g.depth - 1))
+            ctx.set(dut.w.addr, addr)
+            ctx.set(dut.w.en, en)
+            ctx.set(dut.w.data, lanes[0] | lanes[1] << 32)
+            ctx.set(dut.r.addr, raddr)
+            await ctx.tick()
+            model = snaps[-1].copy()
+            for i in range(2):
+                if en >> i & 1:
+                    model[addr + i] = lanes[i]
+            snaps.append(model)
+            seen = snaps[max(t - 1, 0)]             # the writes of cycles up to t - 2
+            got = ctx.get(dut.r.data)
+            assert (got & 0xFFFFFFFF, got >> 32) == (seen[raddr], seen[raddr + 1]), t
+            stale[0] += bool((snaps[t][raddr:raddr + 2] != seen[raddr:raddr + 2]).any())
+            prev_addr = addr
+
+    run_bench(dut, bench)
+    assert stale[0] > 20                     # reads a cycle after a write were made
+
+
 def test_sram_buffer_reads_more_lanes_than_it_writes() -> None:
     """One element written per beat, two consecutive elements per read (the micro-op buffer
     of a 32-bit DRAM bus): two banks, reads wrap around the end of the buffer."""
