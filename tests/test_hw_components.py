@@ -156,6 +156,23 @@ def test_component_parameter_errors(tiny: HwConfig) -> None:
 
 
 # ---------------------------------------------------------------------- behaviour
+def _drive_two_lanes(ctx: object, dut: SramBuffer, rng: np.random.Generator,
+                     reread: int | None) -> tuple[int, int, list[int], int]:
+    """Drive a random write of a two-lane buffer and a read, a third of the reads at
+    ``reread`` (None: the address written now); returns ``(addr, en, lanes, raddr)``."""
+    depth = dut.geom.depth
+    addr = int(rng.integers(0, depth - 1))
+    en = int(rng.integers(0, 4))
+    lanes = [int(rng.integers(0, 2**32)) for _ in range(2)]
+    again = addr if reread is None else reread
+    raddr = again if rng.random() < 1 / 3 else int(rng.integers(0, depth - 1))
+    ctx.set(dut.w.addr, addr)
+    ctx.set(dut.w.en, en)
+    ctx.set(dut.w.data, lanes[0] | lanes[1] << 32)
+    ctx.set(dut.r.addr, raddr)
+    return addr, en, lanes, raddr
+
+
 @pytest.mark.parametrize("transparent", [True, False])
 def test_sram_buffer_banked_writes_and_reads(tiny: HwConfig, transparent: bool) -> None:
     p = RtlParams.of(tiny)
@@ -167,15 +184,8 @@ def test_sram_buffer_banked_writes_and_reads(tiny: HwConfig, transparent: bool) 
 
     async def bench(ctx: object) -> None:
         for _ in range(200):
-            addr = int(rng.integers(0, g.depth - 1))
-            en = int(rng.integers(0, 4))
-            lanes = [int(rng.integers(0, 2**32)) for _ in range(2)]
             # A third of the reads are of an element written at the same edge.
-            raddr = addr if rng.random() < 1 / 3 else int(rng.integers(0, g.depth - 1))
-            ctx.set(dut.w.addr, addr)
-            ctx.set(dut.w.en, en)
-            ctx.set(dut.w.data, lanes[0] | lanes[1] << 32)
-            ctx.set(dut.r.addr, raddr)
+            addr, en, lanes, raddr = _drive_two_lanes(ctx, dut, rng, None)
             old = model.copy()
             await ctx.tick()
             for i in range(2):
@@ -243,15 +253,8 @@ def test_sram_buffer_write_register_lands_writes_a_cycle_later(tiny: HwConfig) -
     async def bench(ctx: object) -> None:
         prev_addr = 0
         for t in range(200):
-            addr = int(rng.integers(0, g.depth - 1))
-            en = int(rng.integers(0, 4))
-            lanes = [int(rng.integers(0, 2**32)) for _ in range(2)]
             # A third of the reads are of what the previous cycle wrote.
-            raddr = prev_addr if rng.random() < 1 / 3 else int(rng.integers(0, g.depth - 1))
-            ctx.set(dut.w.addr, addr)
-            ctx.set(dut.w.en, en)
-            ctx.set(dut.w.data, lanes[0] | lanes[1] << 32)
-            ctx.set(dut.r.addr, raddr)
+            addr, en, lanes, raddr = _drive_two_lanes(ctx, dut, rng, prev_addr)
             await ctx.tick()
             model = snaps[-1].copy()
             for i in range(2):
