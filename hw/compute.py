@@ -507,11 +507,10 @@ class Compute(wiring.Component):
         # first micro-op was read in the cycle before decode, at the ``bgn`` of the instruction
         # then in front (``ctrl.seen``): it issues in the decode cycle (``first_go``). Otherwise
         # (the instruction arrived in an empty queue this cycle, or the one before it took a
-        # single cycle) it is read now and issues a cycle later (``first_late``; the
+        # single cycle) it is read now and issues a cycle later (the
         # ``sim.costs.UOP_PREFETCH_MISS_CYCLES`` of the timing simulator).
         first_go = Signal()
-        first_late = Signal()
-        m.d.comb += [first_go.eq(first & ctrl.seen), first_late.eq(first & ~ctrl.seen)]
+        m.d.comb += first_go.eq(first & ctrl.seen)
 
         max_ii = max(cfg.gemm.ii, cfg.alu.ii)
         issuing = Signal()
@@ -548,11 +547,11 @@ class Compute(wiring.Component):
         def advance(decode: bool) -> dict[str, Value]:
             if decode:
                 # The first micro-op issues now (``first_go``) or, when it was not read in
-                # the cycle before, in the next cycle from the registers (``first_late``).
+                # the cycle before, in the next cycle from the registers (``late`` below).
                 go = ctrl.seen
                 alu, bgn = nw["alu"], nw["bgn"]
                 u_wrap, j_wrap, i_wrap = pre.one, pre.in1, pre.out1
-                u_next, u_last_next = nw["bgn"] + 1, pre.two
+                u_next, u_last_next = bgn + 1, pre.two
                 j, i, j_next, i_next = Const(0), Const(0), Const(1), Const(1)
                 j_last_next, i_last_next, one, in1 = pre.in2, pre.out2, pre.one, pre.in1
                 base = {k: Const(0) for k in factors}
