@@ -3,7 +3,8 @@
 The accelerator's Verilog is generic by default: simulation (Amaranth, Verilator) and the
 Xilinx and iCE40 flows see plain ``*`` and registers, which Yosys maps itself. For ECP5 the
 GEMM array's multipliers are instantiated as ``MULT18X18D`` blocks with their own input and
-output registers: Yosys maps a multiply to that block with every register bypassed and never
+output registers, and the ALU lanes' low products (16 x 16 bits) with their output registers:
+Yosys maps a multiply to that block with every register bypassed and never
 folds fabric registers into it, so the routes from the operand registers into the blocks and
 from the blocks to the product registers (4-5 ns each on the 45F, placed apart) would stay in
 the cycle. The registers are the same pipeline registers as in the generic netlist, so the
@@ -62,18 +63,32 @@ def family_of(platform: object) -> str | None:
     return None
 
 
-def mult18x18d(m: Module, a: Value, b: Value, name: str) -> Signal:
-    """An ECP5 ``MULT18X18D`` computing ``a * b`` of two signed 8-bit operands (sign-extended
-    to 18 bits) with its input and output registers: the product (signed 16 bits) of the
-    operands of two cycles before.
+def mult18x18d(m: Module, a: Value, b: Value, name: str, *, width: int = 16,
+               input_registers: bool = True, signed_operands: bool = True) -> Signal:
+    """An ECP5 ``MULT18X18D`` computing ``a * b``, the low ``width`` bits of the product, with
+    its output register and (``input_registers``) its input registers: the product of the
+    operands of two cycles before, or of one without the input registers.
 
-    The block's registers hold data only (no reset; the global set/reset clears them at
+    The operands (at most 18 bits; sign-extended with ``signed_operands``, else zero-extended
+    and multiplied as unsigned) are the GEMM's int8 values or the ALU's 16-bit halves. The
+    block's registers hold data only (no reset; the global set/reset clears them at
     configuration).
+
+    Raises
+    ------
+    ValueError
+        An operand wider than 18 bits, or ``width`` above the block's 36 product bits.
     """
-    product = Signal(signed(16), name=f"{name}_p")
+    for operand in (a, b):
+        if len(operand) > 18:
+            raise ValueError(f"MULT18X18D operands are at most 18 bits, not {len(operand)}")
+    if not 0 < width <= 36:
+        raise ValueError(f"MULT18X18D products are 1 to 36 bits, not {width}")
+    product = Signal(signed(width) if signed_operands else width, name=f"{name}_p")
     a18, b18 = Signal(signed(18), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b")
     p36 = Signal(36, name=f"{name}_p36")
-    m.d.comb += [a18.eq(a.as_signed()), b18.eq(b.as_signed()), product.eq(p36[:16])]
+    extend = (lambda v: v.as_signed()) if signed_operands else (lambda v: v.as_unsigned())
+    m.d.comb += [a18.eq(extend(a)), b18.eq(extend(b)), product.eq(p36[:width])]
     ports: dict[str, object] = {}
     for j in range(18):
         ports[f"i_A{j}"] = a18[j]
@@ -85,11 +100,13 @@ def mult18x18d(m: Module, a: Value, b: Value, name: str) -> Signal:
         ports[f"i_CLK{k}"] = ClockSignal() if k == 0 else Const(0, 1)
         ports[f"i_CE{k}"] = Const(1 if k == 0 else 0, 1)
         ports[f"i_RST{k}"] = Const(0, 1)
+    inputs = "CLK0" if input_registers else "NONE"
+    sign = Const(int(signed_operands), 1)
     m.submodules[name] = Instance(
         "MULT18X18D",
-        p_REG_INPUTA_CLK="CLK0", p_REG_INPUTB_CLK="CLK0", p_REG_OUTPUT_CLK="CLK0",
+        p_REG_INPUTA_CLK=inputs, p_REG_INPUTB_CLK=inputs, p_REG_OUTPUT_CLK="CLK0",
         p_REG_PIPELINE_CLK="NONE", p_REG_INPUTC_CLK="NONE",
-        i_SIGNEDA=Const(1, 1), i_SIGNEDB=Const(1, 1), i_SOURCEA=Const(0, 1),
+        i_SIGNEDA=sign, i_SIGNEDB=sign, i_SOURCEA=Const(0, 1),
         i_SOURCEB=Const(0, 1), **ports)
     return product
 

@@ -90,11 +90,18 @@ def test_verilog_command_ecp5(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     text = out.read_text()
     assert capsys.readouterr().out == (
         f"{out}: {len(text.splitlines())} lines of Verilog for {cfg.name} (ecp5 primitives)\n")
-    # One MULT18X18D per GEMM multiplier, holding the operand and product registers.
-    blocks = re.findall(r"MULT18X18D #\((.*?)\)\s*mul_", text, re.S)
-    assert len(blocks) == cfg.batch * cfg.block_in * cfg.block_out
+    # One MULT18X18D per GEMM multiplier, holding the operand and product registers, and one
+    # per ALU lane, holding the low product's register only.
+    blocks = re.findall(r"MULT18X18D #\((.*?)\)\s*(mul_\w+) \((.*?)\);", text, re.S)
+    gemm = [b for b, name, _ in blocks if re.fullmatch(r"mul_\d+_\d+_\d+", name)]
+    alu = [b + ports for b, name, ports in blocks if name == "mul_lo"]
+    assert len(gemm) == cfg.batch * cfg.block_in * cfg.block_out
+    assert len(alu) == cfg.batch * cfg.block_out
+    assert len(blocks) == len(gemm) + len(alu)
     assert all('.REG_INPUTA_CLK("CLK0")' in b and '.REG_INPUTB_CLK("CLK0")' in b
-               and '.REG_OUTPUT_CLK("CLK0")' in b for b in blocks)
+               and '.REG_OUTPUT_CLK("CLK0")' in b for b in gemm)
+    assert all('.REG_INPUTA_CLK("NONE")' in b and '.REG_INPUTB_CLK("NONE")' in b
+               and '.REG_OUTPUT_CLK("CLK0")' in b and ".SIGNEDA(1'h0)" in b for b in alu)
     assert "module MULT18X18D" not in text
     assert cli(["verilog", "--config", "tiny", "--target", "ecp5", "--sim-models",
                 "-o", str(out)]) == 0

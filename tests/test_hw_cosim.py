@@ -26,7 +26,7 @@ from accel import load_config, run_program
 from accel.builder import ProgramBuilder
 from accel.config import HwConfig
 from accel.dram import Dram
-from accel.isa import AluOp, GemmInsn, MemType
+from accel.isa import AluInsn, AluOp, GemmInsn, MemType
 from accel.program import Program, ProgramError
 from hw import amaranth_engine
 from hw.backend import prepare_image, run_rtl
@@ -173,8 +173,8 @@ def test_same_cycle_dram_requests_go_by_priority(cfg: HwConfig) -> None:
     assert cosim(*b.build()) == 149
 
 
-@pytest.mark.parametrize("op", list(AluOp))
-def test_alu_operations(tiny: HwConfig, op: AluOp) -> None:
+def alu_program(tiny: HwConfig, op: AluOp) -> tuple[Program, Dram]:
+    """``op`` on full-range int32 operands (and small shift amounts), from acc and immediate."""
     rng = np.random.default_rng(int(op))
     b = ProgramBuilder(tiny)
     acc = rng.integers(-2**31, 2**31, (16, 1, 4), dtype=np.int64).astype(np.int32)
@@ -189,7 +189,12 @@ def test_alu_operations(tiny: HwConfig, op: AluOp) -> None:
           use_imm=True, imm=-7 if op is AluOp.SHR else -1234, push_next=True)
     b.store(sram_base=0, dram_base=oa, x_size=16, x_stride=16, pop_prev=True, push_prev=True)
     b.finish(pop_next=True)
-    cosim(*b.build())
+    return b.build()
+
+
+@pytest.mark.parametrize("op", list(AluOp))
+def test_alu_operations(tiny: HwConfig, op: AluOp) -> None:
+    cosim(*alu_program(tiny, op))
 
 
 @pytest.mark.parametrize("bus", [4, 32])
@@ -213,13 +218,9 @@ def test_load_acc_lanes(tiny: HwConfig, bus: int) -> None:
     cosim(*b.build())
 
 
-@pytest.mark.parametrize("alu", [(2, 4), (3, 3), (4, 2)])
-def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
-                                                    alu: tuple[int, int]) -> None:
+def alu_forwarding_program(cfg: HwConfig) -> tuple[Program, Dram]:
     """acc[i + 1] = acc[i + 1] + acc[i] in order (a prefix sum), operands written two
-    micro-ops ahead, and the same destination updated by back-to-back micro-ops: operands
-    must be forwarded at every ALU ii."""
-    cfg = tiny.replace(**{"alu.ii": alu[0], "alu.depth": alu[1]})
+    micro-ops ahead, and the same destination updated by back-to-back micro-ops (MUL too)."""
     rng = np.random.default_rng(9)
     b = ProgramBuilder(cfg)
     aa = b.tensor("acc", rng.integers(-1000, 1000, (16, 1, 4), dtype=np.int32))
@@ -236,7 +237,14 @@ def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
     b.alu(AluOp.MAX, uop_bgn=same[0], uop_end=same[1], use_imm=True, imm=5, push_next=True)
     b.store(sram_base=0, dram_base=oa, x_size=16, x_stride=16, pop_prev=True, push_prev=True)
     b.finish(pop_next=True)
-    cosim(*b.build())
+    return b.build()
+
+
+@pytest.mark.parametrize("alu", [(2, 4), (3, 3), (4, 2)])
+def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
+                                                    alu: tuple[int, int]) -> None:
+    """:func:`alu_forwarding_program`: operands must be forwarded at every ALU ii."""
+    cosim(*alu_forwarding_program(tiny.replace(**{"alu.ii": alu[0], "alu.depth": alu[1]})))
 
 
 @pytest.mark.parametrize("gemm", [(1, 4), (2, 3), (1, 5), (2, 4), (1, 6)])
@@ -515,12 +523,20 @@ def test_verilator_engine_matches(tiny: HwConfig) -> None:
 @needs_verilator
 def test_ecp5_netlist_matches(tiny: HwConfig) -> None:
     """The netlist ``accel synth --target ecp5`` synthesises (GEMM multipliers as MULT18X18D
-    blocks holding the operand and product registers) simulated with ``sim_model``."""
-    cases = [chain_program(tiny)] + [
-        random_program(tiny, numpy_pick(np.random.default_rng(seed))) for seed in range(4)]
-    for program, dram in cases:
+    blocks holding the operand and product registers, the ALU lanes' low products as blocks
+    holding the product register) simulated with ``sim_model``: GEMMs, MUL on full-range
+    operands and MUL into the destination the micro-op just ahead wrote."""
+    randoms = [random_program(tiny, numpy_pick(np.random.default_rng(seed)))
+               for seed in range(4)]
+    for program, _ in randoms + [chain_program(tiny)]:
         assert any(isinstance(insn, GemmInsn) and not insn.reset and insn.n_uops
                    for insn in program.insns)
+    cases = [chain_program(tiny), alu_program(tiny, AluOp.MUL), alu_forwarding_program(tiny),
+             *randoms]
+    for program, _ in cases[1:3]:
+        assert any(isinstance(insn, AluInsn) and insn.alu_op is AluOp.MUL and insn.n_uops
+                   for insn in program.insns)
+    for program, dram in cases:
         reference = dram.copy()
         sim = run_program(program, reference, backend="sim")
         cycles, _ = run_rtl(program, dram, tiny, engine="verilator", family="ecp5")
