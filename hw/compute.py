@@ -392,22 +392,29 @@ class Compute(wiring.Component):
                    sel: Signal) -> Value:
         """The micro-op at ``addr + sel`` (read in this cycle), as seen in the next one.
 
-        The read port is not transparent: a write of the same micro-op at this edge (LOAD UOP
-        writes in its last cycle, and the next instruction's first micro-op is read then) is
-        forwarded from registers in the next cycle instead.
+        The buffer registers its write port (``SramBuffer(write_register=True)``): a write
+        lands at the end of the cycle after it is presented, and the read port is not
+        transparent. LOAD UOP writes until its last cycle and the next instruction's first
+        micro-op is read then, or in the cycle after, so the writes presented in this cycle
+        and the one before, which the read cannot see, are forwarded from registers in the
+        next cycle instead (the newer first).
         """
         g = buf.geom
-        # The write and the read address are registered, and compared in the next cycle, beside
-        # the block RAM's read (whose clock-to-out is longer than the compare): the address
-        # comes from the instruction in front through the command queue, and the write from
-        # the load engine's counters, both late in this cycle. ``sel`` (late too: it depends
-        # on the decode signal) picks the lane after the register, as for the read data.
-        wr_en_q = Signal(g.lanes, name="uop_wr_en_q")
-        wr_addr_q = Signal(g.addr_bits, name="uop_wr_addr_q")
-        wr_data_q = Signal(g.lanes * g.elem_bits, name="uop_wr_data_q")
+        # The writes and the read address are registered, and compared in the next cycle,
+        # beside the block RAM's read (whose clock-to-out is longer than the compares): the
+        # address comes from the instruction in front through the command queue, and the write
+        # from the load engine's counters, both late in this cycle. ``sel`` (late too: it
+        # depends on the decode signal) picks the lane after the register, as for the read data.
+        writes = []                     # (enables, address, data): this cycle's, the one before
+        for age in (1, 2):
+            writes.append((Signal(g.lanes, name=f"uop_wr_en_q{age}"),
+                           Signal(g.addr_bits, name=f"uop_wr_addr_q{age}"),
+                           Signal(g.lanes * g.elem_bits, name=f"uop_wr_data_q{age}")))
+        (en1, addr1, data1), (en2, addr2, data2) = writes
         addr_q = Signal(g.addr_bits, name="uop_addr_q")
         sel_q = Signal(name="uop_sel_q")
-        m.d.sync += [wr_en_q.eq(wr.en), wr_addr_q.eq(wr.addr), wr_data_q.eq(wr.data),
+        m.d.sync += [en1.eq(wr.en), addr1.eq(wr.addr), data1.eq(wr.data),
+                     en2.eq(en1), addr2.eq(addr1), data2.eq(data1),
                      addr_q.eq(addr), sel_q.eq(sel)]
         # Which write lane, if any, holds the micro-op wanted (``addr + sel``): formed from
         # registers only, beside the block RAM's read, and kept (``keep``) as its own logic so
@@ -420,10 +427,11 @@ class Compute(wiring.Component):
         fwd = Signal(g.elem_bits, name="uop_fwd", attrs={"keep": 1})
         word: object = Const(0, g.elem_bits)
         hits = []
-        for i in range(g.lanes):
-            lane_hit = wr_en_q[i] & ((wr_addr_q + i)[:g.addr_bits] == want)
-            word = Mux(lane_hit, wr_data_q.word_select(i, g.elem_bits), word)
-            hits.append(lane_hit)
+        for en, w_addr, w_data in reversed(writes):         # the older first: the newer wins
+            for i in range(g.lanes):
+                lane_hit = en[i] & ((w_addr + i)[:g.addr_bits] == want)
+                word = Mux(lane_hit, w_data.word_select(i, g.elem_bits), word)
+                hits.append(lane_hit)
         m.d.comb += [hit.eq(Cat(*hits).any()), fwd.eq(word)]
         read = Mux(sel_q, buf.r.data.word_select(1, g.elem_bits),
                    buf.r.data.word_select(0, g.elem_bits))
@@ -438,7 +446,8 @@ class Compute(wiring.Component):
             token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size, start_when=_starts_loop)
         m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
         m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
-                                                       read_lanes=max(2, p.buffers["uop"].lanes))
+                                                       read_lanes=max(2, p.buffers["uop"].lanes),
+                                                       write_register=True)
         m.submodules.acc_buffer = acc_buf = SramBuffer(p.buffers["acc"])
         m.submodules.gemm_core = core = GemmCore(p)
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)

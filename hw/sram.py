@@ -106,7 +106,9 @@ class SramBuffer(wiring.Component):
         read sees it two cycles after, not one. For buffers whose readers wait for a token
         after the writer's last write: the GEMM operand buffers, which LOAD writes until its
         last cycle, whose token compute sees in the next cycle at the earliest, in which it
-        decodes and issues the first micro-op, which reads a cycle later (stage 1).
+        decodes and issues the first micro-op, which reads a cycle later (stage 1); and the
+        micro-op buffer, whose reader forwards the two writes it cannot see itself
+        (``Compute._uop_fetch``).
 
     Ports
     -----
