@@ -207,7 +207,18 @@ class AluLane(wiring.Component):
     a, b : In(signed(32))
         Operands (``acc[dst]`` and ``acc[src]`` or the immediate).
     result : Out(signed(32))
-        ``sim.functional.alu_apply(op, a, b)`` of the operands of the previous cycle.
+        ``sim.functional.alu_apply(op, a, b)`` of the operands of the previous cycle:
+        ``product`` where ``mul`` is set, else ``other``.
+    product : Out(signed(32))
+        The MUL result, the last of the lane's outputs to settle (its upper half comes
+        through an adder from the multiplier block).
+    mul : Out(1)
+        The operation was MUL (a register).
+    other : Out(signed(32))
+        The result of the other operations (from registers through one multiplexer).
+
+    ``product``, ``mul`` and ``other`` let the caller put the product behind the last of its
+    own multiplexers rather than behind ``result``'s.
     """
 
     def __init__(self) -> None:
@@ -216,6 +227,9 @@ class AluLane(wiring.Component):
             "a": In(signed(32)),
             "b": In(signed(32)),
             "result": Out(signed(32)),
+            "product": Out(signed(32)),
+            "mul": Out(1),
+            "other": Out(signed(32)),
         })
 
     def elaborate(self, platform: object) -> Module:
@@ -243,11 +257,14 @@ class AluLane(wiring.Component):
         m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
         # The cross terms' partial sums are added first, from flip-flops, while the low
         # product comes out of its multiplier block (placed apart): it then passes one adder.
-        high = (lo_q[16:] + tree_sum(cross_q, width=16))[:16]
-        product = Signal(32)
+        cross_sum = Signal(16, attrs={"keep": 1})
+        m.d.comb += cross_sum.eq(tree_sum(cross_q, width=16))
+        high = (lo_q[16:] + cross_sum)[:16]
         m.d.comb += [
-            product.eq(Cat(lo_q[:16], high)),
-            self.result.eq(Mux(mul_q, product, Mux(pick_q, a_q, other_q))),
+            self.product.eq(Cat(lo_q[:16], high)),
+            self.mul.eq(mul_q),
+            self.other.eq(Mux(pick_q, a_q, other_q)),
+            self.result.eq(Mux(self.mul, self.product, self.other)),
         ]
         return m
 
@@ -754,33 +771,37 @@ class Compute(wiring.Component):
         # when that one writes what they read and the read came too early to see it (one in
         # s5 is impossible at ``alu.ii >= 2``); the operation runs in s5 (MUL: s5 and s6).
         # The hits are compared a cycle ahead (in s3, against the micro-ops then in s5, s6 and
-        # s7: the pipeline from s3 on never stalls) and registered, so that in s4 the late
-        # inputs, the ALU's result and the acc RAM's read data, pass one multiplexer each.
-        # For the destination operand, read straight from the RAM, the forwarded value is
-        # kept as its own logic (``keep``, as for ``uop``) and the RAM's data (after Yosys's
-        # transparency multiplexer) passes only the last one.
+        # s7: the pipeline from s3 on never stalls) and registered. The late inputs, the MUL
+        # result of the micro-op in s6 (its upper half through an adder from the multiplier
+        # block) and the acc RAM's read data, then pass one multiplexer: everything else (which
+        # of them to take, the other operations' result, the written results, the immediate)
+        # is kept as logic of its own (``keep``, as for ``uop``) formed from registers.
         src_data4 = Signal(width)
-        a5, b5, res6 = (Signal(width, name=n) for n in ("a5", "b5", "res6"))
+        a5, b5 = (Signal(width, name=n) for n in ("a5", "b5"))
+        prod6, other6 = (Signal(width, name=n) for n in ("prod6", "other6"))
+        mul6 = Signal(name="mul6")              # the micro-op in s6 is a MUL
         m.d.sync += src_data4.eq(acc_data)
 
-        def forwarded(index: Signal, read: object, name: str, keep: bool = False) -> object:
-            hit6, hit7 = (Signal(name=f"{name}_hit{s}") for s in ("6", "7"))
+        def forwarded(index: Signal, read: object, name: str,
+                      imm: Value | None = None) -> Value:
+            hit6, hit7, use = (Signal(name=f"{name}_{s}") for s in ("hit6", "hit7", "use_fwd"))
             in5, in6, in7 = (v & (d == index) for v, d in ((v5, dst5), (v6, dst6), (v7, dst7)))
-            m.d.sync += [hit6.eq(in5), hit7.eq(in6)]
-            if not keep:
-                hit78 = Signal(name=f"{name}_hit78")
-                m.d.sync += hit78.eq(in6 | in7)
-                return Mux(hit6, res6, Mux(hit78, Mux(hit7, wdata, wdata2), read))
-            use = Signal(name=f"{name}_use_fwd")
-            fwd = Signal(width, name=f"{name}_fwd", attrs={"keep": 1})
-            m.d.sync += use.eq(in5 | in6 | in7)
-            m.d.comb += fwd.eq(Mux(hit6, res6, Mux(hit7, wdata, wdata2)))
-            return Mux(use, fwd, read)
+            m.d.sync += [hit6.eq(in5), hit7.eq(in6), use.eq(in5 | in6 | in7)]
+            take_prod = Signal(name=f"{name}_take_prod", attrs={"keep": 1})
+            take_read = Signal(name=f"{name}_take_read", attrs={"keep": 1})
+            rest = Signal(width, name=f"{name}_rest", attrs={"keep": 1})
+            no_imm = Const(1) if imm is None else ~use_imm_q
+            fwd = Mux(hit6, other6, Mux(hit7, wdata, wdata2))
+            m.d.comb += [
+                take_prod.eq(hit6 & mul6 & no_imm),
+                take_read.eq(~use & no_imm),
+                rest.eq(fwd if imm is None else Mux(use_imm_q, imm, fwd)),
+            ]
+            return Mux(take_prod, prod6, Mux(take_read, read, rest))
 
         m.d.sync += [
-            a5.eq(forwarded(dst3, acc_data, "dst", keep=True)),
-            b5.eq(Mux(use_imm_q, Cat(*([imm_q] * lanes)),
-                      forwarded(src3[:acc_bits], src_data4, "src"))),
+            a5.eq(forwarded(dst3, acc_data, "dst")),
+            b5.eq(forwarded(src3[:acc_bits], src_data4, "src", imm=Cat(*([imm_q] * lanes)))),
         ]
         for lane in range(lanes):
             alu = AluLane()
@@ -789,27 +810,26 @@ class Compute(wiring.Component):
                 alu.op.eq(op_q),
                 alu.a.eq(a5.word_select(lane, 32)),
                 alu.b.eq(b5.word_select(lane, 32)),
-                res6.word_select(lane, 32).eq(alu.result),
+                prod6.word_select(lane, 32).eq(alu.product),
+                other6.word_select(lane, 32).eq(alu.other),
             ]
+            if lane == 0:
+                m.d.comb += mul6.eq(alu.mul)
 
         # Results, GEMM's and the ALU's, in s6 (a deep GEMM's in s7); registered with their
         # destination, then written. ``alu_q`` changes at the next instruction's decode at the
         # earliest, after the last result of this one is formed.
-        result = Signal(width)
         wb_valid = Signal()
         wb_dst = Signal(acc_bits)
         formed = arrive + 1                         # the stage a GEMM result is formed in
         m.d.comb += [wb_valid.eq(Mux(alu_q, v6, valid[formed])),
                      wb_dst.eq(Mux(alu_q, dst6, dsts[formed]))]
-        with m.If(alu_q):
-            m.d.comb += result.eq(res6)
-        with m.Else():
-            gemm_acc = Signal(width)
-            m.d.comb += gemm_acc.eq(Mux(gemm_hit7, wdata, Mux(gemm_hit8, wdata2, gemm_acc6)))
-            with m.If(~reset_q):
-                for lane in range(lanes):
-                    m.d.comb += result.word_select(lane, 32).eq(
-                        gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
+        gemm_acc = Signal(width)
+        gemm_sum = Signal(width)
+        m.d.comb += gemm_acc.eq(Mux(gemm_hit7, wdata, Mux(gemm_hit8, wdata2, gemm_acc6)))
+        for lane in range(lanes):
+            m.d.comb += gemm_sum.word_select(lane, 32).eq(
+                gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
         # One registered write port serves acc and out: the result with its destination, or
         # LOAD ACC's write, whose engine data and enable come through a few gates from its
         # state. Either lands a cycle later, before anything can read it. The engine's data is
@@ -826,11 +846,22 @@ class Compute(wiring.Component):
         w_rest = Signal(len(acc_buf.w.data) - width)  # LOAD ACC's lanes 1 and up
         w_dst = Signal(acc_bits)
         m.d.sync += [w_load.eq(eng.wr_acc.en), w_rest.eq(eng.wr_acc.data[width:])]
+        # The late inputs of ``wdata``, the MUL result and the GEMM's accumulated sum, pass one
+        # multiplexer; which to take and everything else (LOAD ACC's data, the other ALU
+        # operations' result, a GEMM reset's zeros) is kept as logic of its own from registers.
+        take_prod = Signal(name="wb_take_prod", attrs={"keep": 1})
+        take_sum = Signal(name="wb_take_sum", attrs={"keep": 1})
+        rest = Signal(width, name="wb_rest", attrs={"keep": 1})
+        m.d.comb += [
+            take_prod.eq(~eng.writing_acc & alu_q & mul6),
+            take_sum.eq(~eng.writing_acc & ~alu_q & ~reset_q),
+            rest.eq(Mux(eng.writing_acc, eng.wr_acc.data[:width], Mux(alu_q, other6, 0))),
+        ]
+        m.d.sync += wdata.eq(Mux(take_prod, prod6, Mux(take_sum, gemm_sum, rest)))
         with m.If(eng.writing_acc):
-            m.d.sync += [w_dst.eq(eng.wr_acc.addr), wdata.eq(eng.wr_acc.data[:width]),
-                         w_valid.eq(0)]
+            m.d.sync += [w_dst.eq(eng.wr_acc.addr), w_valid.eq(0)]
         with m.Else():
-            m.d.sync += [w_dst.eq(wb_dst), wdata.eq(result), w_valid.eq(wb_valid)]
+            m.d.sync += [w_dst.eq(wb_dst), w_valid.eq(wb_valid)]
         out_tile = Cat(*(wdata.word_select(lane, 32)[:8] for lane in range(lanes)))
         m.d.comb += [
             acc_buf.w.addr.eq(w_dst),

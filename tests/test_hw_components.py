@@ -533,7 +533,8 @@ def test_arbiter_grants_by_priority_when_free() -> None:
 @pytest.mark.parametrize("op", list(AluOp))
 def test_alu_lane_matches_functional_semantics(op: AluOp) -> None:
     """The registered lane gives ``alu_apply(op, a, b)`` of the previous cycle's operands;
-    MUL's partial products (LUT cross terms included) cover the sign and carry corners."""
+    MUL's partial products (LUT cross terms included) cover the sign and carry corners. The
+    parts the compute module picks from itself agree: ``product`` for MUL, ``other`` else."""
     rng = np.random.default_rng(int(op))
     dut = AluLane()
     edge = [0, 1, -1, 31, 32, -31, -32, -33, 2**31 - 1, -2**31, 100, -100, 0xFFFF, 0x10000,
@@ -553,6 +554,8 @@ def test_alu_lane_matches_functional_semantics(op: AluOp) -> None:
             ctx.set(dut.b, 0)
             want = int(alu_apply(op, np.array([x], dtype=np.int32), y)[0])
             assert ctx.get(dut.result) == want, (op, x, y)
+            assert ctx.get(dut.mul) == (op is AluOp.MUL)
+            assert ctx.get(dut.product if op is AluOp.MUL else dut.other) == want, (op, x, y)
 
     run_bench(dut, bench)
 
