@@ -703,3 +703,17 @@ def test_load_engine_targets_are_checked(tiny: HwConfig) -> None:
     assert {"wr_inp", "wr_wgt"} <= set(eng.signature.members)
     with pytest.raises(ValueError, match=exact("targets must name at least one memory type")):
         LoadEngine(p, ())
+
+
+def test_mult18x18d_rejects_what_the_block_cannot_hold() -> None:
+    from amaranth.hdl import Signal
+
+    from hw.primitives import mult18x18d
+
+    m = Module()
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "MULT18X18D operands are at most 18 bits, not 19") + "$"):
+        mult18x18d(m, Signal(19), Signal(8), "wide")
+    with pytest.raises(ValueError, match="^" + re.escape(
+            "MULT18X18D products are 1 to 36 bits, not 37") + "$"):
+        mult18x18d(m, Signal(16), Signal(16), "long", width=37)
