@@ -450,9 +450,11 @@ class Compute(wiring.Component):
                 word = Mux(lane_hit, w_data.word_select(i, g.elem_bits), word)
                 hits.append(lane_hit)
         m.d.comb += [hit.eq(Cat(*hits).any()), fwd.eq(word)]
-        read = Mux(sel_q, buf.r.data.word_select(1, g.elem_bits),
-                   buf.r.data.word_select(0, g.elem_bits))
-        return Mux(hit, fwd, read)[:self._p.cfg.uop_bits]
+        # The buffer picks the lane itself (``SramBuffer(pick=True)``: its bank select formed
+        # from registers), so each bit of the RAMs' data passes one LUT: the banks, the select,
+        # the hit and the forwarded bit.
+        m.d.comb += buf.pick.eq(sel)
+        return Mux(hit, fwd, buf.picked)[:self._p.cfg.uop_bits]
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -464,7 +466,7 @@ class Compute(wiring.Component):
         m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
         m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
                                                        read_lanes=max(2, p.buffers["uop"].lanes),
-                                                       write_register=True)
+                                                       write_register=True, pick=True)
         m.submodules.acc_buffer = acc_buf = SramBuffer(p.buffers["acc"])
         m.submodules.gemm_core = core = GemmCore(p)
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)

@@ -109,6 +109,13 @@ class SramBuffer(wiring.Component):
         decodes and issues the first micro-op, which reads a cycle later (stage 1); and the
         micro-op buffer, whose reader forwards the two writes it cannot see itself
         (``Compute._uop_fetch``).
+    pick
+        Add a port ``pick`` (in), sampled with ``r.addr``, and a port ``picked`` (out): the one
+        element ``addr + pick`` (``pick`` below ``read_lanes``) of what ``r.data`` returns.
+        Its bank is selected by a kept signal (``keep``) formed from registers only, so the
+        block RAMs' data pass one multiplexer of the banks (not the lane rotation's and then
+        the reader's own), which the reader's next multiplexer can share a LUT with: for the
+        micro-op buffer, whose reader picks one of the two micro-ops a read returns.
 
     Ports
     -----
@@ -116,10 +123,13 @@ class SramBuffer(wiring.Component):
         Write port (the writer drives it).
     r : In(BufferRead)
         Read port (the reader drives ``addr``, receives ``data``).
+    pick : In(range(read_lanes)), picked : Out(elem_bits)
+        With ``pick``: the element offset and the element (see above).
     """
 
     def __init__(self, geom: BufferGeometry, transparent: bool = True,
-                 read_lanes: int | None = None, write_register: bool = False) -> None:
+                 read_lanes: int | None = None, write_register: bool = False,
+                 pick: bool = False) -> None:
         read_lanes = geom.lanes if read_lanes is None else read_lanes
         if read_lanes < 1 or read_lanes & (read_lanes - 1):
             raise ValueError(f"read_lanes must be a power of two, not {read_lanes}")
@@ -133,8 +143,11 @@ class SramBuffer(wiring.Component):
         self._transparent = transparent
         self._write_register = write_register
         self._banks = banks
-        super().__init__({"w": In(BufferWrite(geom)),
-                          "r": In(BufferRead(geom, read_lanes))})
+        ports = {"w": In(BufferWrite(geom)), "r": In(BufferRead(geom, read_lanes))}
+        if pick:
+            ports.update({"pick": In(range(read_lanes)), "picked": Out(geom.elem_bits)})
+        self._pick = pick
+        super().__init__(ports)
 
     @property
     def geom(self) -> BufferGeometry:
@@ -177,6 +190,8 @@ class SramBuffer(wiring.Component):
                 rp.en.eq(1),
                 self.r.data.eq(rp.data),
             ]
+            if self._pick:                              # one lane: ``pick`` is 0
+                m.d.comb += self.picked.eq(rp.data)
             return m
 
         w_lo = self.w.addr[:lane_bits]
@@ -208,4 +223,9 @@ class SramBuffer(wiring.Component):
             m.d.comb += lane_out.eq(bank_data[sel])
             outs.append(lane_out)
         m.d.comb += self.r.data.eq(Cat(*outs))
+        if self._pick:
+            pick_q = Signal.like(self.pick, name="pick_q")
+            bank = Signal(lane_bits, name="pick_bank", attrs={"keep": 1})
+            m.d.sync += pick_q.eq(self.pick)
+            m.d.comb += [bank.eq(r_lo_q + pick_q), self.picked.eq(bank_data[bank])]
         return m

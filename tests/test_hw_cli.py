@@ -67,8 +67,10 @@ def test_verilog_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire uop_fwd_hit;", text)
     assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire \[\d+:0\] uop_fwd;", text)
     assert "reg [15:0] prod_q_0_0_0 " in text
-    # The banks of the non-transparent buffers (micro-ops, GEMM operands) and only they leave
-    # read/write collisions to Yosys.
+    # The micro-op buffer's bank select is kept apart from the RAM's data path too.
+    assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire pick_bank;", text)
+    # The banks of the non-transparent buffers (micro-ops, GEMM operands) and only they
+    # leave read/write collisions to Yosys.
     marked = {}
     for mod in re.finditer(r"^module \\?(\S+?) ?\(.*?^endmodule", text, re.S | re.M):
         banks = re.findall(r"^(.*)\n\s*reg \[\d+:0\] bank\d+ \[\d+:0\];", mod.group(0), re.M)

@@ -271,16 +271,21 @@ def test_sram_buffer_write_register_lands_writes_a_cycle_later(tiny: HwConfig) -
     assert stale[0] > 20                     # reads a cycle after a write were made
 
 
-def test_sram_buffer_reads_more_lanes_than_it_writes() -> None:
-    """One element written per beat, two consecutive elements per read (the micro-op buffer
-    of a 32-bit DRAM bus): two banks, reads wrap around the end of the buffer."""
+@pytest.mark.parametrize("read_lanes", [2, 4])
+def test_sram_buffer_reads_more_lanes_than_it_writes(read_lanes: int) -> None:
+    """One element written per beat, several consecutive elements per read (the micro-op
+    buffer of a 32-bit DRAM bus): one bank per read lane, reads wrap around the end of the
+    buffer; ``picked`` is the element ``pick`` of them, sampled with the address."""
     g = BufferGeometry(name="uop", elem_bits=32, store_bits=24, depth=64, lanes=1,
                        beats_per_elem=1)
-    dut = SramBuffer(g, transparent=False, read_lanes=2)
-    assert dut.r.signature.lanes == 2 and len(dut.r.data) == 64 and len(dut.w.en) == 1
+    dut = SramBuffer(g, transparent=False, read_lanes=read_lanes, pick=True)
+    assert dut.r.signature.lanes == read_lanes and len(dut.r.data) == 32 * read_lanes
+    assert len(dut.w.en) == 1 and len(dut.pick) == read_lanes.bit_length() - 1
+    assert len(dut.picked) == 32
     rng = np.random.default_rng(8)
     model = np.zeros(g.depth, dtype=np.uint64)
     reads = [0]
+    picks = set()
 
     async def bench(ctx: object) -> None:
         for step in range(300):
@@ -288,21 +293,27 @@ def test_sram_buffer_reads_more_lanes_than_it_writes() -> None:
             en = int(step < 100 or rng.random() < 0.3)
             word = int(rng.integers(0, 2**24))
             raddr = int(rng.integers(0, g.depth))
+            pick = int(rng.integers(0, read_lanes))
             ctx.set(dut.w.addr, addr)
             ctx.set(dut.w.en, en)
             ctx.set(dut.w.data, word)
             ctx.set(dut.r.addr, raddr)
+            ctx.set(dut.pick, pick)
             old = model.copy()
             await ctx.tick()
+            ctx.set(dut.pick, (pick + 1) % read_lanes)     # sampled at the edge, not after
             if en:
                 model[addr] = word
             got = ctx.get(dut.r.data)
-            assert got & 0xFFFFFFFF == old[raddr]
-            assert got >> 32 == old[(raddr + 1) % g.depth]
-            reads[0] += raddr == g.depth - 1
+            for i in range(read_lanes):
+                assert got >> (32 * i) & 0xFFFFFFFF == old[(raddr + i) % g.depth], (step, i)
+            assert ctx.get(dut.picked) == old[(raddr + pick) % g.depth], step
+            reads[0] += raddr + read_lanes > g.depth
+            picks.add(pick)
 
     run_bench(dut, bench)
     assert model.any() and reads[0] > 0          # written, and read across the wrap
+    assert picks == set(range(read_lanes))
 
 
 class _Scrambler(wiring.Component):
