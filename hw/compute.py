@@ -25,9 +25,10 @@ instruction, it is read in the decode cycle and issues a cycle later (``sim.cost
 MUL registers its partial products in s5 and adds them in s6 (:class:`AluLane`): one multiplier
 block per lane instead of four, and the LUT cross terms' adder tree split between the two stages.
 
-The GEMM reads ``acc[dst]`` three cycles before writing it: the read port's transparency hands
-a micro-op the result of the one three ahead, and the results of the two just ahead are
-forwarded, so no read-after-write hazard exists at one micro-op per cycle. The ALU reads twice
+The GEMM reads ``acc[dst]`` three cycles before writing it: the result of the micro-op three
+ahead, written at the read's edge, is taken from the write port's data (``acc_bypass``: the acc
+port is not transparent), and the results of the two just ahead are forwarded, so no
+read-after-write hazard exists at one micro-op per cycle. The ALU reads twice
 through the same port, hence ``alu.ii >= 2``; an operand read before a micro-op ahead wrote it
 is forwarded from that one's result. An instruction of ``n`` micro-ops takes
 ``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii``
@@ -467,7 +468,7 @@ class Compute(wiring.Component):
         m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
                                                        read_lanes=max(2, p.buffers["uop"].lanes),
                                                        write_register=True, pick=True)
-        m.submodules.acc_buffer = acc_buf = SramBuffer(p.buffers["acc"])
+        m.submodules.acc_buffer = acc_buf = SramBuffer(p.buffers["acc"], transparent=False)
         m.submodules.gemm_core = core = GemmCore(p)
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
         wiring.connect(m, wiring.flipped(self.l2c), ctrl.pop_prev)
@@ -733,7 +734,6 @@ class Compute(wiring.Component):
                 m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
         with m.Else():
             m.d.comb += acc_buf.r.addr.eq({4: dst4, 5: dst5}[arrive - 1])
-        acc_data = acc_buf.r.data[:cfg.acc_tile_bytes * 8]
         lanes = cfg.batch * cfg.block_out
         # Results are registered on their way to the buffers (``wdata``): the acc and out RAMs
         # are spread over the chip, so the write lands a cycle after the result is formed (at
@@ -748,12 +748,31 @@ class Compute(wiring.Component):
         wdata = Signal(width)       # the result of one cycle ago: ALU's in s7, GEMM's in s7 (s8)
         wdata2 = Signal(width)      # two cycles ago
         m.d.sync += [v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6), wdata2.eq(wdata)]
+        w_valid = Signal()          # a result is written (acc and out) at the end of this cycle
+        w_dst = Signal(acc_bits)
+
+        # The acc port is not transparent, so Yosys adds no multiplexer after the RAM (its
+        # emulation of a transparent port), and a read at the edge of a write to the same
+        # element returns what no reader uses (``no_rw_check``). Each reader instead takes the
+        # written result, ``wdata2`` in the cycle the read data arrive, where ``acc_bypass``
+        # (a register) says so: the GEMM for the micro-op three ahead, the ALU's source for
+        # the one five ahead at ``alu.ii`` 5. The ALU's destination operand, read in s3, takes
+        # the RAM's data unchanged into its last multiplexer: the micro-op written at that
+        # read's edge (four ahead) is forwarded (from ``wdata2``) already. Only results are
+        # compared: LOAD ACC never writes in a cycle in which acc is read (no micro-op is
+        # in flight while it loads, the next instruction reads two cycles after its decode).
+        acc_data = acc_buf.r.data[:width]
+        acc_bypass = Signal(name="acc_bypass")
+        acc_seen = Signal(width)            # what a transparent port would have returned
+        m.d.sync += acc_bypass.eq(w_valid & (w_dst == acc_buf.r.addr))
+        m.d.comb += acc_seen.eq(Mux(acc_bypass, wdata2, acc_data))
 
         # GEMM: acc[dst] arrives in s5 and is registered, so that the accumulate in s6 starts
         # from flip-flops rather than from a block-RAM output. The read (at the end of s4)
-        # sees the write of the micro-op three ahead (same edge, transparent port) but not
-        # those one and two ahead, written at the end of s5 and s6: their results (in s7 and
-        # s8 when this one accumulates) are forwarded. When deep, all of it a stage later.
+        # takes the write of the micro-op three ahead, at the same edge, from the write port
+        # (``acc_seen``), and cannot see those one and two ahead, written at the end of s5 and
+        # s6: their results (in s7 and s8 when this one accumulates) are forwarded. When deep,
+        # all of it a stage later.
         valid = {5: v5, 6: v6, 7: v7}
         dsts = {5: dst5, 6: dst6, 7: dst7}
         for st in range(8, arrive + 3):
@@ -763,7 +782,7 @@ class Compute(wiring.Component):
         gemm_hit7 = Signal()
         gemm_hit8 = Signal()
         m.d.sync += [
-            gemm_acc6.eq(acc_data),
+            gemm_acc6.eq(acc_seen),
             gemm_hit7.eq(valid[arrive + 1] & (dsts[arrive + 1] == dsts[arrive])),
             gemm_hit8.eq(valid[arrive + 2] & (dsts[arrive + 2] == dsts[arrive])),
         ]
@@ -782,7 +801,7 @@ class Compute(wiring.Component):
         a5, b5 = (Signal(width, name=n) for n in ("a5", "b5"))
         prod6, other6 = (Signal(width, name=n) for n in ("prod6", "other6"))
         mul6 = Signal(name="mul6")              # the micro-op in s6 is a MUL
-        m.d.sync += src_data4.eq(acc_data)
+        m.d.sync += src_data4.eq(acc_seen)
 
         def forwarded(index: Signal, read: object, name: str,
                       imm: Value | None = None) -> Value:
@@ -843,10 +862,8 @@ class Compute(wiring.Component):
         # A DRAM beat wider than an acc element carries several (``lanes`` of the acc buffer's
         # write port, one enable each): LOAD ACC's other lanes are registered beside
         # ``wdata``, which holds lane 0 (a result is always lane 0).
-        w_valid = Signal()          # a result (acc and out)
         w_load = Signal(len(acc_buf.w.en))          # LOAD ACC's lane enables (acc only)
         w_rest = Signal(len(acc_buf.w.data) - width)  # LOAD ACC's lanes 1 and up
-        w_dst = Signal(acc_bits)
         m.d.sync += [w_load.eq(eng.wr_acc.en), w_rest.eq(eng.wr_acc.data[width:])]
         # The late inputs of ``wdata``, the MUL result and the GEMM's accumulated sum, pass one
         # multiplexer; which to take and everything else (LOAD ACC's data, the other ALU

@@ -69,7 +69,7 @@ def test_verilog_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "reg [15:0] prod_q_0_0_0 " in text
     # The micro-op buffer's bank select is kept apart from the RAM's data path too.
     assert re.search(r"\(\* keep = 32'd1 \*\)\s+wire pick_bank;", text)
-    # The banks of the non-transparent buffers (micro-ops, GEMM operands) and only they
+    # The banks of the non-transparent buffers (micro-ops, GEMM operands, acc) and only they
     # leave read/write collisions to Yosys.
     marked = {}
     for mod in re.finditer(r"^module \\?(\S+?) ?\(.*?^endmodule", text, re.S | re.M):
@@ -77,7 +77,7 @@ def test_verilog_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         if banks:
             marked[mod.group(1).split(".")[-1]] = {"no_rw_check" in b for b in banks}
     assert marked == {"uop_buffer": {True}, "inp_buffer": {True}, "wgt_buffer": {True},
-                      "acc_buffer": {False}, "out_buffer": {False}, "buffer": {False},
+                      "acc_buffer": {True}, "out_buffer": {False}, "buffer": {False},
                       "pre_buffer": {False}}
     short = tmp_path / "short.yaml"
     short.write_text(yaml.safe_dump(cfg.replace(**{"gemm.depth": 4}).to_dict()))

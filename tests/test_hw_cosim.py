@@ -240,32 +240,37 @@ def alu_forwarding_program(cfg: HwConfig) -> tuple[Program, Dram]:
     return b.build()
 
 
-@pytest.mark.parametrize("alu", [(2, 4), (3, 3), (4, 2)])
+@pytest.mark.parametrize("alu", [(2, 4), (3, 3), (4, 2), (5, 2)])
 def test_alu_reads_what_the_previous_micro_op_wrote(tiny: HwConfig,
                                                     alu: tuple[int, int]) -> None:
-    """:func:`alu_forwarding_program`: operands must be forwarded at every ALU ii."""
+    """:func:`alu_forwarding_program`: operands must be forwarded at every ALU ii. At ii 5
+    the source operand of a micro-op is read at the edge at which the one ahead writes it
+    (the acc port is not transparent: ``acc_bypass``)."""
     cosim(*alu_forwarding_program(tiny.replace(**{"alu.ii": alu[0], "alu.depth": alu[1]})))
 
 
-@pytest.mark.parametrize("gemm", [(1, 4), (2, 3), (1, 5), (2, 4), (1, 6)])
+@pytest.mark.parametrize("gemm", [(1, 4), (2, 3), (1, 5), (2, 4), (1, 6), (3, 2)])
 def test_gemm_accumulates_what_the_previous_micro_ops_wrote(tiny: HwConfig,
                                                             gemm: tuple[int, int]) -> None:
     """Back-to-back GEMM micro-ops into one destination (the result of the one just ahead is
-    forwarded) and into alternating destinations (the one two ahead is seen through the acc
-    port's transparency), after a reset, at each GEMM ii, with and without the product
-    register (``hw.params.gemm_deep``: depth 5 at ii 1, 4 at ii 2)."""
+    forwarded), into alternating destinations (the one two ahead, forwarded too) and into
+    three in turn (the one three ahead, written at the edge of the read, taken from the
+    write port: ``acc_bypass``), after a reset, at each GEMM ii (at ii 3 the one just ahead
+    is written at the read's edge), with and without the product register
+    (``hw.params.gemm_deep``: depth 5 at ii 1, 4 at ii 2)."""
     cfg = tiny.replace(**{"gemm.ii": gemm[0], "gemm.depth": gemm[1]})
     b = ProgramBuilder(cfg)
     ia, wa, oa = gemm_tensors(b, 11, inp=8, wgt=4, out=4)
     same = b.uops([(1, i, i % 4) for i in range(6)])
     alternate = b.uops([(2 + i % 2, i, 3 - i % 4) for i in range(6)])
-    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=12, x_stride=12)
+    turns = b.uops([(i % 3, 7 - i, i % 4) for i in range(7)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=19, x_stride=19)
     b.load(MemType.INP, sram_base=0, dram_base=ia, x_size=8, x_stride=8)
     b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=4, x_stride=4, push_next=True)
     b.gemm(uop_bgn=0, uop_end=1, iter_out=4, dst_factor_out=1, reset=True, pop_prev=True)
     b.gemm(uop_bgn=same[0], uop_end=same[1], iter_in=3, src_factor_in=1)
-    b.gemm(uop_bgn=alternate[0], uop_end=alternate[1], iter_out=2, wgt_factor_out=1,
-           push_next=True)
+    b.gemm(uop_bgn=alternate[0], uop_end=alternate[1], iter_out=2, wgt_factor_out=1)
+    b.gemm(uop_bgn=turns[0], uop_end=turns[1], iter_in=2, push_next=True)
     b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True, push_prev=True)
     b.finish(pop_next=True)
     cosim(*b.build())
