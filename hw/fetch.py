@@ -218,23 +218,29 @@ class Fetch(wiring.Component):
         # Beats -> instruction buffer.
         # Both buffers are written alike: the same address and enables, the instructions
         # (``lanes`` of them per beat, or one from ``beats_per_elem`` beats) and their bits.
+        # The data (and the predecode formed from them) are the beat's whether or not one
+        # arrives, so that only the enables depend on the response's strobe: gated by it, the
+        # predecode's compares started two LUT levels after it.
         written = Signal(g.lanes * g.elem_bits)
         w_en = Signal(g.lanes)
+        if g.lanes == 1 and g.beats_per_elem > 1:
+            m.d.comb += written.eq(Cat(shreg, self.dram.rsp_data))
+        else:
+            m.d.comb += written.eq(self.dram.rsp_data)
         with m.If(beat):
             if g.lanes > 1:
-                m.d.comb += [written.eq(self.dram.rsp_data), w_en.eq(-1)]
+                m.d.comb += w_en.eq(-1)
                 m.d.sync += wr_ptr.eq(wr_ptr + g.lanes)
             elif g.beats_per_elem > 1:
                 w = p.beat_bits
                 m.d.sync += shreg.eq(Cat(shreg[w:], self.dram.rsp_data))
-                m.d.comb += written.eq(Cat(shreg, self.dram.rsp_data))
                 with m.If(beat_in == g.beats_per_elem - 1):
                     m.d.comb += w_en.eq(1)
                     m.d.sync += [wr_ptr.eq(wr_ptr + 1), beat_in.eq(0)]
                 with m.Else():
                     m.d.sync += beat_in.eq(beat_in + 1)
             else:
-                m.d.comb += [written.eq(self.dram.rsp_data), w_en.eq(1)]
+                m.d.comb += w_en.eq(1)
                 m.d.sync += wr_ptr.eq(wr_ptr + 1)
         m.d.comb += [buf.w.addr.eq(wr_ptr), buf.w.en.eq(w_en), buf.w.data.eq(written)]
         m.d.comb += [
