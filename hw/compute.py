@@ -130,9 +130,11 @@ def alu_op(m: Module, op: object, a: object, b: object) -> tuple[Signal, Signal]
     b = b.as_signed()
     res = Signal(signed(32), name="alu_value")
     pick_a = Signal(name="alu_pick_a")
-    # SHR: both shifters take their amounts straight from b's low bits (``-b`` mod 32 for the
-    # left shift), and b's range picks among them afterwards, in parallel with the shifting:
-    # b in 0..31 shifts right, b > 31 leaves the sign, b in -31..-1 shifts left, else 0.
+    # SHR: both shifters take their amounts straight from b's low bits, and b's range picks
+    # among them afterwards, in parallel with the shifting: b in 0..31 shifts right, b > 31
+    # leaves the sign, b in -31..-1 shifts left, else 0. The left shift is by ``-b`` mod 32,
+    # which is ``~b[:5] + 1`` where it is used (``b[:5] != 0``): ``a << 1`` shifted by
+    # ``~b[:5]``, with no negation (two LUT levels) in front of the shifter.
     shr = Signal(signed(32), name="shr_value")
     shl = Signal(32, name="shl_value")
     high_zero = Signal(name="shr_high_zero")        # b[5:32] all zeros: 0 <= b <= 31
@@ -140,7 +142,7 @@ def alu_op(m: Module, op: object, a: object, b: object) -> tuple[Signal, Signal]
     less = Signal(name="alu_less")
     m.d.comb += [
         shr.eq(a >> b[:5]),
-        shl.eq(a << (0 - b[:5])[:5]),
+        shl.eq((a << 1)[:32] << ~b[:5]),
         high_zero.eq(b[5:] == 0),
         high_ones.eq(b[5:] == (1 << 27) - 1),
         less.eq(a < b),

@@ -279,21 +279,23 @@ class LoadEngine(_Engine):
         mid_q = Signal(pad_bits + 1)      # x_pad_0 + x_pad_1, between data rows
         tail_q = Signal(addr_bits + 1)
         x_size_q = Signal(size_bits)
+        x_size1_q = Signal(size_bits + 1)  # x_size + 1: from the walk's position, one adder
         no_pad_q = Signal()
         head_zero_q = Signal()            # y_pad_0 == x_pad_0 == 0: the padding starts after data
         jump_data = Signal()              # no head and no side padding: start at the tail
 
-        # Next padding segment after jumping over data from position ``at`` with ``rows_in`` data
+        # Next padding segment after jumping over a data row (to ``jumped``) with ``rows_in`` data
         # rows left: over one row to the side padding between rows (or, after the last, to the
         # tail); without side padding, over all rows at once to the tail, which starts where
         # the last data row ended (``row_sram``, only used once the data is in). In the
-        # ``setup2`` cycle this starts at the block, later at the walk's position.
-        at = Signal(addr_bits)
+        # ``setup2`` cycle this starts at the block, later at the walk's position (the element
+        # after ``pad_addr``, hence ``x_size + 1`` from it).
+        jumped = Signal(addr_bits)        # the element after the jump over a data row
         rows_in = Signal(size_bits)
         with m.If(setup2):
-            m.d.comb += [at.eq(fields.sram_base), rows_in.eq(fields.y_size)]
+            m.d.comb += [jumped.eq(fields.sram_base + x_size_q), rows_in.eq(fields.y_size)]
         with m.Else():
-            m.d.comb += [at.eq(pad_addr + 1), rows_in.eq(pad_rows)]
+            m.d.comb += [jumped.eq(pad_addr + x_size1_q), rows_in.eq(pad_rows)]
 
         def seg_after(rows: object, of: object = lambda v: v) -> object:
             """Length of the segment after a jump: the tail without side padding or after
@@ -311,7 +313,7 @@ class LoadEngine(_Engine):
         with m.If(mid_q == 0):
             m.d.comb += [nxt_addr.eq(row_sram), nxt_rows.eq(0)]
         with m.Else():
-            m.d.comb += [nxt_addr.eq(at + x_size_q), nxt_rows.eq(rows_in - 1)]
+            m.d.comb += [nxt_addr.eq(jumped), nxt_rows.eq(rows_in - 1)]
         # The element written now is the last of the padding. Only the PAD state asks, never in
         # the setup cycles, so this reads the registered geometry alone.
         pad_end = Signal()
@@ -328,6 +330,7 @@ class LoadEngine(_Engine):
                 mid_q.eq(fields.x_pad_0 + fields.x_pad_1),
                 tail_q.eq(tail),
                 x_size_q.eq(fields.x_size),
+                x_size1_q.eq(fields.x_size + 1),
                 head_zero_q.eq(head_zero),
                 jump_data.eq(head_zero & (fields.x_pad_1 == 0)),
             ]

@@ -533,7 +533,7 @@ def test_ecp5_netlist_matches(tiny: HwConfig) -> None:
     operands and MUL into the destination the micro-op just ahead wrote."""
     randoms = [random_program(tiny, numpy_pick(np.random.default_rng(seed)))
                for seed in range(4)]
-    for program, _ in randoms + [chain_program(tiny)]:
+    for program, _ in [*randoms, chain_program(tiny)]:
         assert any(isinstance(insn, GemmInsn) and not insn.reset and insn.n_uops
                    for insn in program.insns)
     cases = [chain_program(tiny), alu_program(tiny, AluOp.MUL), alu_forwarding_program(tiny),
