@@ -11,6 +11,9 @@ Arbitration is the timing simulator's (``sim.timing.DramChannel``): the channel 
 per cycle, to the requester of highest fixed priority (fetch > load > compute > store) among
 all those asking in that cycle, whenever it is free - including the cycle after the previous
 holder's last beat, in which that holder may ask again.
+
+Only store writes (fetch and the load engines of load and compute read), so the channel's
+``wr_data`` is store's, not picked by the holder: the DRAM takes it only on a write's beats.
 """
 
 from __future__ import annotations
@@ -107,7 +110,6 @@ class DramArbiter(wiring.Component):
         ports = [getattr(self, name) for name in REQUESTERS]
         shift = (self._beat_bytes - 1).bit_length()
         busy = Signal()
-        holder = Signal(range(n))
         beats_left = Signal(self.dram.req.payload.bytes.shape().width + 1)
 
         sel = Signal(range(n))
@@ -137,14 +139,14 @@ class DramArbiter(wiring.Component):
                 p.rsp_data.eq(self.dram.rsp_data),
             ]
             higher = higher | p.req.valid
-        wr = Array(p.wr_data for p in ports)
-        m.d.comb += self.dram.wr_data.eq(wr[holder])
+        # The only writer's data, with no gate from the holder between the out buffer's read
+        # and the channel.
+        m.d.comb += self.dram.wr_data.eq(self.store.wr_data)
 
         with m.If(grant):
             nbytes = self.dram.req.payload.bytes
             m.d.sync += [
                 busy.eq(1),
-                holder.eq(sel),
                 holding.eq((Const(1, n) << sel)[:n]),
                 beats_left.eq((nbytes + self._beat_bytes - 1) >> shift),
             ]

@@ -503,7 +503,8 @@ def test_token_queue_room_is_the_registered_level() -> None:
 
 def test_arbiter_grants_by_priority_when_free() -> None:
     """Whenever the channel is free (including the cycle after the last beat), the asking
-    requester of highest priority gets it, whoever asked first (``sim.timing.DramChannel``)."""
+    requester of highest priority gets it, whoever asked first (``sim.timing.DramChannel``).
+    The channel's write data are store's (the one writer) whoever holds it."""
     dut = DramArbiter(16, 5, 64)
     rng = np.random.default_rng(3)
     ports = [getattr(dut, name) for name in REQUESTERS]
@@ -520,6 +521,8 @@ def test_arbiter_grants_by_priority_when_free() -> None:
                     asking[i] = True
                 ctx.set(ports[i].req.valid, asking[i])
                 ctx.set(ports[i].req.payload.bytes, 8 * int(rng.integers(1, 3)))
+                ctx.set(ports[i].wr_data, int(rng.integers(0, 2**63)))
+            assert ctx.get(dut.dram.wr_data) == ctx.get(dut.store.wr_data)
             beat = busy_beats > 0
             ctx.set(dut.dram.rsp_valid, beat)
             expect = None if busy_beats else next((i for i in range(4) if asking[i]), None)
