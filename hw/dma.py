@@ -413,29 +413,34 @@ class LoadEngine(_Engine):
                 step_t = 1
             with m.If(mine):
                 m.d.comb += step.eq(step_t)
+            # The address and the data are the walk's (zeros while padding) whether or not a
+            # write goes: only the enables wait for the beat strobe and the target, so the
+            # data reach the buffers (and compute's result register, for LOAD ACC) from
+            # registers through one gate.
+            if g.lanes == 1 and g.beats_per_elem > 1:
+                w = p.beat_bits
+                data = Signal(g.elem_bits, name=f"elem_{t.buffer}")
+                m.d.comb += data.eq(Cat(shreg[w * (max_beats - g.beats_per_elem):],
+                                        self.dram.rsp_data))
+            else:
+                data = self.dram.rsp_data
+            m.d.comb += [wr.addr.eq(Mux(padding, pad_addr, elem_ptr)),
+                         wr.data.eq(Mux(padding, 0, data))]
             with m.If(padding & mine):
-                m.d.comb += [wr.addr.eq(pad_addr), wr.en.eq(1), wr.data.eq(0)]
+                m.d.comb += wr.en.eq(1)
             with m.Elif(loading & mine):
                 if g.lanes > 1:
-                    m.d.comb += [
-                        wr.addr.eq(elem_ptr),
-                        wr.en.eq((Const(1, g.lanes + 1) << n) - 1),
-                        wr.data.eq(self.dram.rsp_data),
-                    ]
+                    m.d.comb += wr.en.eq((Const(1, g.lanes + 1) << n) - 1)
                     m.d.sync += elems_left.eq(elems_left - n)
                 elif g.beats_per_elem > 1:
-                    w = p.beat_bits
-                    full = Signal(g.elem_bits, name=f"elem_{t.buffer}")
-                    m.d.comb += full.eq(Cat(shreg[w * (max_beats - k):], self.dram.rsp_data))
-                    m.d.sync += shreg.eq(Cat(shreg[w:], self.dram.rsp_data))
+                    m.d.sync += shreg.eq(Cat(shreg[p.beat_bits:], self.dram.rsp_data))
                     with m.If(elem_done):
-                        m.d.comb += [wr.addr.eq(elem_ptr), wr.en.eq(1), wr.data.eq(full)]
+                        m.d.comb += wr.en.eq(1)
                         m.d.sync += beat_in_elem.eq(0)
                     with m.Else():
                         m.d.sync += beat_in_elem.eq(beat_in_elem + 1)
                 else:
-                    m.d.comb += [wr.addr.eq(elem_ptr), wr.en.eq(1),
-                                 wr.data.eq(self.dram.rsp_data)]
+                    m.d.comb += wr.en.eq(1)
         with m.If(self.start):
             m.d.sync += beat_in_elem.eq(0)
         with m.If(loading):
