@@ -54,8 +54,9 @@ from hw.primitives import family_of, mult18x18d
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer
 
-__all__ = ["COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "GemmCore", "alu_op",
-           "compute_predecode", "mul_low32_parts", "mul_low_cross_parts"]
+__all__ = ["ALU_PICK", "COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "GemmCore",
+           "alu_op", "alu_pick", "compute_predecode", "mul_low32_parts",
+           "mul_low_cross_parts"]
 
 CROSS_PARTS = 4
 """Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 16
@@ -115,55 +116,73 @@ def _starts_loop(bits: Value) -> Value:
     return pre.loop & ~pre.empty
 
 
-def alu_op(m: Module, op: object, a: object, b: object) -> tuple[Signal, Signal]:
-    """MIN/MAX/ADD/SHR on 32-bit signed operands (``sim.functional.alu_apply`` semantics), as
-    ``(value, pick_a)``: the result is ``a`` where ``pick_a`` is set, else ``value``.
+ALU_PICK = {"a": 0, "value": 1, "shr": 2, "shl": 3, "sign": 4, "zero": 5}
+"""What a lane's other operations' result is, one stage after the operands
+(:func:`alu_op`'s ``pick``): ``a``, ``value``, the right or left shift, ``a``'s sign, or 0."""
 
-    MIN and MAX give ``value = b`` and ``pick_a`` from the compare, so :class:`AluLane` can
-    register the compare's one bit and pick between its registered operands in the next
-    stage (no 32-bit mux behind the compare's carry chain in this one); ADD and SHR give their
-    result. SHR by ``b``: arithmetic right shift by ``min(b, 31)`` when ``b >= 0``, else left
-    shift by ``-b`` (zero once ``-b >= 32``). ADD keeps the low 32 bits. MUL is not computed
-    here (``value`` is 0): :class:`AluLane` builds it from :func:`mul_low32_parts`.
+
+def alu_op(m: Module, op: object, a: object, b: object) -> dict[str, Value]:
+    """MIN/MAX/ADD/SHR on 32-bit signed operands (``sim.functional.alu_apply`` semantics) as
+    the parts :class:`AluLane` registers, and :func:`alu_pick` then picks from in the next
+    stage: ``value`` (ADD's sum, MIN/MAX's ``b``), ``shr`` and ``shl`` (the two shifts), and
+    ``pick`` (an :data:`ALU_PICK` code, from the operation, the compare and ``b``'s range).
+
+    Only the carry chains, the shifters and the picking code's compares lie between the
+    operands and the registers; the 32-bit multiplexers that pick follow them. SHR by ``b``:
+    arithmetic right shift by ``min(b, 31)`` when ``b >= 0`` (``b > 31`` leaves the sign),
+    else left shift by ``-b`` (zero once ``-b >= 32``). Both shifters take their amounts
+    straight from ``b``'s low bits, the left one by ``-b`` mod 32, which is ``~b[:5] + 1``
+    where it is used (``b[:5] != 0``): ``a << 1`` shifted by ``~b[:5]``, with no negation
+    in front of the shifter. ADD keeps the low 32 bits. MUL is not computed here
+    (:class:`AluLane` builds it from :func:`mul_low32_parts`).
     """
     a = a.as_signed()
     b = b.as_signed()
-    res = Signal(signed(32), name="alu_value")
-    pick_a = Signal(name="alu_pick_a")
-    # SHR: both shifters take their amounts straight from b's low bits, and b's range picks
-    # among them afterwards, in parallel with the shifting: b in 0..31 shifts right, b > 31
-    # leaves the sign, b in -31..-1 shifts left, else 0. The left shift is by ``-b`` mod 32,
-    # which is ``~b[:5] + 1`` where it is used (``b[:5] != 0``): ``a << 1`` shifted by
-    # ``~b[:5]``, with no negation (two LUT levels) in front of the shifter.
-    shr = Signal(signed(32), name="shr_value")
-    shl = Signal(32, name="shl_value")
+    parts = {
+        "value": Signal(32, name="alu_value"),
+        "shr": Signal(32, name="shr_value"),
+        "shl": Signal(32, name="shl_value"),
+        "pick": Signal(range(len(ALU_PICK)), name="alu_pick"),
+    }
     high_zero = Signal(name="shr_high_zero")        # b[5:32] all zeros: 0 <= b <= 31
     high_ones = Signal(name="shr_high_ones")        # b[5:32] all ones: -32 <= b <= -1
     less = Signal(name="alu_less")
     m.d.comb += [
-        shr.eq(a >> b[:5]),
-        shl.eq((a << 1)[:32] << ~b[:5]),
+        parts["value"].eq(Mux(op == int(AluOp.ADD), a + b, b)),
+        parts["shr"].eq(a >> b[:5]),
+        parts["shl"].eq((a << 1)[:32] << ~b[:5]),
         high_zero.eq(b[5:] == 0),
         high_ones.eq(b[5:] == (1 << 27) - 1),
         less.eq(a < b),
     ]
+    pick = parts["pick"]
     with m.Switch(op):
         with m.Case(int(AluOp.MIN)):
-            m.d.comb += [res.eq(b), pick_a.eq(less)]
-        with m.Case(int(AluOp.MAX)):
-            m.d.comb += [res.eq(b), pick_a.eq(~less)]     # a == b: either
-        with m.Case(int(AluOp.ADD)):
-            m.d.comb += res.eq(a + b)
+            m.d.comb += pick.eq(Mux(less, ALU_PICK["a"], ALU_PICK["value"]))
+        with m.Case(int(AluOp.MAX)):                # a == b: either
+            m.d.comb += pick.eq(Mux(less, ALU_PICK["value"], ALU_PICK["a"]))
         with m.Case(int(AluOp.SHR)):
             with m.If(high_zero):
-                m.d.comb += res.eq(shr)
+                m.d.comb += pick.eq(ALU_PICK["shr"])
             with m.Elif(~b[31]):
-                m.d.comb += res.eq(a >> 31)
+                m.d.comb += pick.eq(ALU_PICK["sign"])
             with m.Elif(high_ones & (b[:5] != 0)):
-                m.d.comb += res.eq(shl)
+                m.d.comb += pick.eq(ALU_PICK["shl"])
             with m.Else():
-                m.d.comb += res.eq(0)
-    return res, pick_a
+                m.d.comb += pick.eq(ALU_PICK["zero"])
+        with m.Default():                           # ADD (MUL's result is not picked here)
+            m.d.comb += pick.eq(ALU_PICK["value"])
+    return parts
+
+
+def alu_pick(pick: Value, a: Value, value: Value, shr: Value, shl: Value) -> Value:
+    """The other operations' result from :func:`alu_op`'s registered parts (and ``a``)."""
+    sign = Cat(*([a[31]] * 32))
+    return Mux(pick == ALU_PICK["a"], a,
+               Mux(pick == ALU_PICK["value"], value,
+                   Mux(pick == ALU_PICK["shr"], shr,
+                       Mux(pick == ALU_PICK["shl"], shl,
+                           Mux(pick == ALU_PICK["sign"], sign, 0)))))
 
 
 def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signal]]:
@@ -194,8 +213,10 @@ def mul_low_cross_parts(m: Module, a: object, b: object) -> list[Signal]:
 class AluLane(wiring.Component):
     """One 32-bit ALU lane with a register stage: the result of ``op(a, b)`` one cycle later.
 
-    ADD/SHR results are registered, MIN/MAX's compare bit and both operands (the pick
-    follows the register); MUL registers its partial products
+    The other operations register their parts (:func:`alu_op`: ADD's sum or MIN/MAX's ``b``,
+    both shifts, which to take, and ``a``) and pick after the register (:func:`alu_pick`),
+    so the stage holds a carry chain or a shifter, not the multiplexers behind them (the
+    result is formed a stage after the operands either way); MUL registers its partial products
     (:func:`mul_low32_parts`) and adds them after the register, so one lane costs one multiplier
     block (the 45F's 72 blocks then hold the default 1x8x8 GEMM array and its 8 ALU lanes).
     Built for ECP5 (:func:`hw.primitives.family_of`) the low product's register is the
@@ -218,7 +239,7 @@ class AluLane(wiring.Component):
     mul : Out(1)
         The operation was MUL (a register).
     other : Out(signed(32))
-        The result of the other operations (from registers through one multiplexer).
+        The result of the other operations (from registers through the pick's multiplexers).
 
     ``product``, ``mul`` and ``other`` let the caller put the product behind the last of its
     own multiplexers rather than behind ``result``'s.
@@ -237,7 +258,7 @@ class AluLane(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        other, pick_a = alu_op(m, self.op, self.a, self.b)
+        parts = alu_op(m, self.op, self.a, self.b)
         if family_of(platform) == "ecp5":
             lo_q = mult18x18d(m, self.a[:16], self.b[:16], "mul_lo", width=32,
                               input_registers=False, signed_operands=False)
@@ -246,15 +267,13 @@ class AluLane(wiring.Component):
             lo, cross = mul_low32_parts(m, self.a, self.b)
             lo_q = Signal(32)
             m.d.sync += lo_q.eq(lo)
-        other_q = Signal(signed(32))
+        parts_q = {k: Signal.like(v, name=f"{k}_q") for k, v in parts.items()}
         a_q = Signal(signed(32))
-        pick_q = Signal()
         cross_q = [Signal(16, name=f"cross_q{k}") for k in range(len(cross))]
         mul_q = Signal()
+        m.d.sync += [parts_q[k].eq(v) for k, v in parts.items()]
         m.d.sync += [
-            other_q.eq(other),
             a_q.eq(self.a),
-            pick_q.eq(pick_a),
             mul_q.eq(self.op == int(AluOp.MUL)),
         ]
         m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
@@ -266,7 +285,8 @@ class AluLane(wiring.Component):
         m.d.comb += [
             self.product.eq(Cat(lo_q[:16], high)),
             self.mul.eq(mul_q),
-            self.other.eq(Mux(pick_q, a_q, other_q)),
+            self.other.eq(alu_pick(parts_q["pick"], a_q, parts_q["value"], parts_q["shr"],
+                                   parts_q["shl"])),
             self.result.eq(Mux(self.mul, self.product, self.other)),
         ]
         return m
