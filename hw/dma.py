@@ -9,7 +9,7 @@ the decode cycle only.
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -314,11 +314,17 @@ class LoadEngine(_Engine):
             m.d.comb += [nxt_addr.eq(row_sram), nxt_rows.eq(0)]
         with m.Else():
             m.d.comb += [nxt_addr.eq(jumped), nxt_rows.eq(rows_in - 1)]
-        # The element written now is the last of the padding. Only the PAD state asks, never in
-        # the setup cycles, so this reads the registered geometry alone.
+        # The element written now is the last of the padding: the last of a segment after which
+        # none follows (no data rows left, or the next segment is empty). Whether one follows
+        # is a registered flag (``seg_final``), set with ``pad_rows`` from the value it takes,
+        # so that ``pad_end``, which goes on through ``last`` into the module's token pushes,
+        # is one gate of two flip-flops rather than compares and a carry chain.
+        def final(rows: Value) -> Value:
+            return (rows == 0) | seg_after(rows, lambda v: v == 0)
+
+        seg_final = Signal()
         pad_end = Signal()
-        m.d.comb += pad_end.eq(seg_one & ((pad_rows == 0)
-                                          | seg_after(pad_rows, lambda v: v == 0)))
+        m.d.comb += pad_end.eq(seg_one & seg_final)
 
         head_zero = (fields.y_pad_0 == 0) & (fields.x_pad_0 == 0)
         with m.If(setup):
@@ -336,6 +342,7 @@ class LoadEngine(_Engine):
             ]
         def next_segment() -> None:
             m.d.sync += [pad_addr.eq(nxt_addr), seg_left.eq(nxt_seg), pad_rows.eq(nxt_rows),
+                         seg_final.eq(final(nxt_rows)),
                          seg_big.eq(seg_after(rows_in, lambda v: v > 1)),
                          seg_one.eq(seg_after(rows_in, lambda v: v == 1))]
 
@@ -344,7 +351,8 @@ class LoadEngine(_Engine):
                 next_segment()
             with m.Else():
                 m.d.sync += [pad_addr.eq(fields.sram_base), seg_left.eq(head_q),
-                             pad_rows.eq(fields.y_size), seg_big.eq(head_q > 1),
+                             pad_rows.eq(fields.y_size), seg_final.eq(final(fields.y_size)),
+                             seg_big.eq(head_q > 1),
                              seg_one.eq(head_q == 1)]
 
         # Data path: one write port per target.
