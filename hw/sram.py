@@ -9,14 +9,33 @@ buffer by element index and carry ``lanes`` elements, lane ``i`` being element `
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Const, Module, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.params import BufferGeometry
 
-__all__ = ["BufferRead", "BufferWrite", "SramBuffer"]
+__all__ = ["BufferRead", "BufferWrite", "SramBuffer", "late_mux"]
+
+
+def late_mux(m: Module, name: str, take_a: Value, a: Value, take_b: Value, b: Value,
+             rest: Value) -> Value:
+    """``Mux(take_a, a, Mux(take_b, b, rest))`` with ``a`` and ``b`` late: each bit one LUT.
+
+    For two inputs that arrive late in the cycle (block-RAM data, a carry chain's sum), whose
+    bits should pass a single LUT of four inputs on their way to a register: the other two are
+    kept signals (``keep``) formed from the selects and ``rest``, ``{name}_fixed`` (neither is
+    taken: the bit is the code) and ``{name}_code`` (that bit, or else 1 for ``a``, 0 for
+    ``b``). Yosys's mapper, left to itself, spends two LUT levels on five inputs. The width is
+    ``rest``'s.
+    """
+    width = len(rest)
+    fixed = Signal(name=f"{name}_fixed", attrs={"keep": 1})
+    code = Signal(width, name=f"{name}_code", attrs={"keep": 1})
+    m.d.comb += [fixed.eq(~take_a & ~take_b),
+                 code.eq(Mux(fixed, rest, take_a.replicate(width)))]
+    return Mux(fixed, code, (code & a[:width]) | (~code & b[:width]))
 
 
 class BufferWrite(wiring.Signature):
@@ -116,6 +135,11 @@ class SramBuffer(wiring.Component):
         block RAMs' data pass one multiplexer of the banks (not the lane rotation's and then
         the reader's own), which the reader's next multiplexer can share a LUT with: for the
         micro-op buffer, whose reader picks one of the two micro-ops a read returns.
+        With it come ports ``force`` and ``forced`` (in, in the cycle the data arrive, like
+        ``picked``): where ``force`` is set, ``picked`` is ``forced`` instead (the reader's
+        forwarding of writes the read cannot see). With two banks each bit of ``picked`` is
+        then one LUT of four inputs, two of them the banks' data: the other two are kept
+        signals from the select, ``force`` and ``forced`` (``pick_fixed``, ``pick_code``).
 
     Ports
     -----
@@ -125,6 +149,8 @@ class SramBuffer(wiring.Component):
         Read port (the reader drives ``addr``, receives ``data``).
     pick : In(range(read_lanes)), picked : Out(elem_bits)
         With ``pick``: the element offset and the element (see above).
+    force : In(1), forced : In(elem_bits)
+        With ``pick``: ``picked`` is ``forced`` where ``force`` is set (see above).
     """
 
     def __init__(self, geom: BufferGeometry, transparent: bool = True,
@@ -145,7 +171,8 @@ class SramBuffer(wiring.Component):
         self._banks = banks
         ports = {"w": In(BufferWrite(geom)), "r": In(BufferRead(geom, read_lanes))}
         if pick:
-            ports.update({"pick": In(range(read_lanes)), "picked": Out(geom.elem_bits)})
+            ports.update({"pick": In(range(read_lanes)), "picked": Out(geom.elem_bits),
+                          "force": In(1), "forced": In(geom.elem_bits)})
         self._pick = pick
         super().__init__(ports)
 
@@ -191,7 +218,7 @@ class SramBuffer(wiring.Component):
                 self.r.data.eq(rp.data),
             ]
             if self._pick:                              # one lane: ``pick`` is 0
-                m.d.comb += self.picked.eq(rp.data)
+                m.d.comb += self.picked.eq(Mux(self.force, self.forced, rp.data))
             return m
 
         w_lo = self.w.addr[:lane_bits]
@@ -227,5 +254,15 @@ class SramBuffer(wiring.Component):
             pick_q = Signal.like(self.pick, name="pick_q")
             bank = Signal(lane_bits, name="pick_bank", attrs={"keep": 1})
             m.d.sync += pick_q.eq(self.pick)
-            m.d.comb += [bank.eq(r_lo_q + pick_q), self.picked.eq(bank_data[bank])]
+            m.d.comb += bank.eq(r_lo_q + pick_q)
+            if k == 2:
+                # One LUT after the RAMs (Yosys's mapper otherwise puts the bank select and
+                # ``force``'s multiplexer in two). The bits beyond those kept are ``forced``'s.
+                (_, rp0), (_, rp1) = banks
+                kept = late_mux(m, "pick", ~self.force & bank, rp1.data,
+                                ~self.force & ~bank, rp0.data, self.forced[:g.store_bits])
+                m.d.comb += self.picked.eq(
+                    Cat(kept, Mux(self.force, self.forced[g.store_bits:], 0)))
+            else:
+                m.d.comb += self.picked.eq(Mux(self.force, self.forced, bank_data[bank]))
         return m

@@ -271,11 +271,13 @@ def test_sram_buffer_write_register_lands_writes_a_cycle_later(tiny: HwConfig) -
     assert stale[0] > 20                     # reads a cycle after a write were made
 
 
-@pytest.mark.parametrize("read_lanes", [2, 4])
+@pytest.mark.parametrize("read_lanes", [1, 2, 4])
 def test_sram_buffer_reads_more_lanes_than_it_writes(read_lanes: int) -> None:
     """One element written per beat, several consecutive elements per read (the micro-op
     buffer of a 32-bit DRAM bus): one bank per read lane, reads wrap around the end of the
-    buffer; ``picked`` is the element ``pick`` of them, sampled with the address."""
+    buffer; ``picked`` is the element ``pick`` of them, sampled with the address, or
+    ``forced`` (all 32 bits, beyond the 24 kept too) where ``force`` is set in the cycle the
+    data arrive."""
     g = BufferGeometry(name="uop", elem_bits=32, store_bits=24, depth=64, lanes=1,
                        beats_per_elem=1)
     dut = SramBuffer(g, transparent=False, read_lanes=read_lanes, pick=True)
@@ -286,6 +288,7 @@ def test_sram_buffer_reads_more_lanes_than_it_writes(read_lanes: int) -> None:
     model = np.zeros(g.depth, dtype=np.uint64)
     reads = [0]
     picks = set()
+    forced = [0]
 
     async def bench(ctx: object) -> None:
         for step in range(300):
@@ -308,12 +311,19 @@ def test_sram_buffer_reads_more_lanes_than_it_writes(read_lanes: int) -> None:
             for i in range(read_lanes):
                 assert got >> (32 * i) & 0xFFFFFFFF == old[(raddr + i) % g.depth], (step, i)
             assert ctx.get(dut.picked) == old[(raddr + pick) % g.depth], step
+            force, other = int(rng.random() < 0.3), int(rng.integers(0, 2**32))
+            ctx.set(dut.force, force)
+            ctx.set(dut.forced, other)
+            want = other if force else old[(raddr + pick) % g.depth]
+            assert ctx.get(dut.picked) == want, step
+            forced[0] += force
+            ctx.set(dut.force, 0)
             reads[0] += raddr + read_lanes > g.depth
             picks.add(pick)
 
     run_bench(dut, bench)
-    assert model.any() and reads[0] > 0          # written, and read across the wrap
-    assert picks == set(range(read_lanes))
+    assert model.any() and (reads[0] > 0) == (read_lanes > 1)  # written, read across the wrap
+    assert picks == set(range(read_lanes)) and forced[0] > 50
 
 
 class _Scrambler(wiring.Component):
