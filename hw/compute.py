@@ -52,7 +52,7 @@ from hw.lutmul import mul_low_lut_parts, tree_sum
 from hw.params import RtlParams, writeback_stage
 from hw.primitives import family_of, mult18x18d
 from hw.queues import token_stream
-from hw.sram import BufferRead, BufferWrite, SramBuffer
+from hw.sram import BufferRead, BufferWrite, SramBuffer, late_mux
 
 __all__ = ["ALU_PICK", "COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "GemmCore",
            "alu_op", "alu_pick", "compute_predecode", "mul_low32_parts",
@@ -459,8 +459,8 @@ class Compute(wiring.Component):
         # Which write lane, if any, holds the micro-op wanted (``addr + sel``): formed from
         # registers only, beside the block RAM's read, and kept (``keep``) as its own logic so
         # that the RAM's data, which Yosys's mapper sees as arriving no later than a
-        # register's, passes only the last multiplexers (one wide LUT: the two lanes, ``sel``,
-        # the hit and the forwarded bit) rather than the compares' LUT levels.
+        # register's, passes only the last LUT (the buffer's, see below) rather than the
+        # compares' LUT levels.
         want = Signal(g.addr_bits, name="uop_want")
         m.d.comb += want.eq(addr_q + sel_q)
         hit = Signal(name="uop_fwd_hit", attrs={"keep": 1})
@@ -474,10 +474,10 @@ class Compute(wiring.Component):
                 hits.append(lane_hit)
         m.d.comb += [hit.eq(Cat(*hits).any()), fwd.eq(word)]
         # The buffer picks the lane itself (``SramBuffer(pick=True)``: its bank select formed
-        # from registers), so each bit of the RAMs' data passes one LUT: the banks, the select,
-        # the hit and the forwarded bit.
-        m.d.comb += buf.pick.eq(sel)
-        return Mux(hit, fwd, buf.picked)[:self._p.cfg.uop_bits]
+        # from registers) and takes the forwarded micro-op in the same LUT (``force``), so each
+        # bit of the RAMs' data passes one LUT of four inputs.
+        m.d.comb += [buf.pick.eq(sel), buf.force.eq(hit), buf.forced.eq(fwd)]
+        return buf.picked[:self._p.cfg.uop_bits]
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
@@ -816,9 +816,9 @@ class Compute(wiring.Component):
         # The hits are compared a cycle ahead (in s3, against the micro-ops then in s5, s6 and
         # s7: the pipeline from s3 on never stalls) and registered. The late inputs, the MUL
         # result of the micro-op in s6 (its upper half through an adder from the multiplier
-        # block) and the acc RAM's read data, then pass one multiplexer: everything else (which
-        # of them to take, the other operations' result, the written results, the immediate)
-        # is kept as logic of its own (``keep``, as for ``uop``) formed from registers.
+        # block) and the acc RAM's read data, then pass one LUT (``late_mux``): everything
+        # else (which of them to take, the other operations' result, the written results, the
+        # immediate) is kept as logic of its own formed from registers.
         src_data4 = Signal(width)
         a5, b5 = (Signal(width, name=n) for n in ("a5", "b5"))
         prod6, other6 = (Signal(width, name=n) for n in ("prod6", "other6"))
@@ -830,17 +830,10 @@ class Compute(wiring.Component):
             hit6, hit7, use = (Signal(name=f"{name}_{s}") for s in ("hit6", "hit7", "use_fwd"))
             in5, in6, in7 = (v & (d == index) for v, d in ((v5, dst5), (v6, dst6), (v7, dst7)))
             m.d.sync += [hit6.eq(in5), hit7.eq(in6), use.eq(in5 | in6 | in7)]
-            take_prod = Signal(name=f"{name}_take_prod", attrs={"keep": 1})
-            take_read = Signal(name=f"{name}_take_read", attrs={"keep": 1})
-            rest = Signal(width, name=f"{name}_rest", attrs={"keep": 1})
             no_imm = Const(1) if imm is None else ~use_imm_q
             fwd = Mux(hit6, other6, Mux(hit7, wdata, wdata2))
-            m.d.comb += [
-                take_prod.eq(hit6 & mul6 & no_imm),
-                take_read.eq(~use & no_imm),
-                rest.eq(fwd if imm is None else Mux(use_imm_q, imm, fwd)),
-            ]
-            return Mux(take_prod, prod6, Mux(take_read, read, rest))
+            rest = fwd if imm is None else Mux(use_imm_q, imm, fwd)
+            return late_mux(m, name, hit6 & mul6 & no_imm, prod6, ~use & no_imm, read, rest)
 
         m.d.sync += [
             a5.eq(forwarded(dst3, acc_data, "dst")),
@@ -888,17 +881,13 @@ class Compute(wiring.Component):
         w_rest = Signal(len(acc_buf.w.data) - width)  # LOAD ACC's lanes 1 and up
         m.d.sync += [w_load.eq(eng.wr_acc.en), w_rest.eq(eng.wr_acc.data[width:])]
         # The late inputs of ``wdata``, the MUL result and the GEMM's accumulated sum, pass one
-        # multiplexer; which to take and everything else (LOAD ACC's data, the other ALU
+        # LUT (``late_mux``); which to take and everything else (LOAD ACC's data, the other ALU
         # operations' result, a GEMM reset's zeros) is kept as logic of its own from registers.
-        take_prod = Signal(name="wb_take_prod", attrs={"keep": 1})
-        take_sum = Signal(name="wb_take_sum", attrs={"keep": 1})
-        rest = Signal(width, name="wb_rest", attrs={"keep": 1})
-        m.d.comb += [
-            take_prod.eq(~eng.writing_acc & alu_q & mul6),
-            take_sum.eq(~eng.writing_acc & ~alu_q & ~reset_q),
-            rest.eq(Mux(eng.writing_acc, eng.wr_acc.data[:width], Mux(alu_q, other6, 0))),
-        ]
-        m.d.sync += wdata.eq(Mux(take_prod, prod6, Mux(take_sum, gemm_sum, rest)))
+        rest = Signal(width)
+        m.d.comb += rest.eq(Mux(eng.writing_acc, eng.wr_acc.data[:width],
+                                Mux(alu_q, other6, 0)))
+        m.d.sync += wdata.eq(late_mux(m, "wb", ~eng.writing_acc & alu_q & mul6, prod6,
+                                      ~eng.writing_acc & ~alu_q & ~reset_q, gemm_sum, rest))
         with m.If(eng.writing_acc):
             m.d.sync += [w_dst.eq(eng.wr_acc.addr), w_valid.eq(0)]
         with m.Else():
