@@ -483,6 +483,7 @@ class Compute(wiring.Component):
         m = Module()
         p = self._p
         cfg = p.cfg
+        family = family_of(platform)
         m.submodules.control = ctrl = DepControl(
             p.insn_layout, pops=("pop_prev", "pop_next"), pushes=("push_prev", "push_next"),
             token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size, start_when=_starts_loop)
@@ -833,7 +834,8 @@ class Compute(wiring.Component):
             no_imm = Const(1) if imm is None else ~use_imm_q
             fwd = Mux(hit6, other6, Mux(hit7, wdata, wdata2))
             rest = fwd if imm is None else Mux(use_imm_q, imm, fwd)
-            return late_mux(m, name, hit6 & mul6 & no_imm, prod6, ~use & no_imm, read, rest)
+            return late_mux(m, name, hit6 & mul6 & no_imm, prod6, ~use & no_imm, read, rest,
+                            family)
 
         m.d.sync += [
             a5.eq(forwarded(dst3, acc_data, "dst")),
@@ -887,7 +889,8 @@ class Compute(wiring.Component):
         m.d.comb += rest.eq(Mux(eng.writing_acc, eng.wr_acc.data[:width],
                                 Mux(alu_q, other6, 0)))
         m.d.sync += wdata.eq(late_mux(m, "wb", ~eng.writing_acc & alu_q & mul6, prod6,
-                                      ~eng.writing_acc & ~alu_q & ~reset_q, gemm_sum, rest))
+                                      ~eng.writing_acc & ~alu_q & ~reset_q, gemm_sum, rest,
+                                      family))
         with m.If(eng.writing_acc):
             m.d.sync += [w_dst.eq(eng.wr_acc.addr), w_valid.eq(0)]
         with m.Else():

@@ -8,7 +8,10 @@ Yosys maps a multiply to that block with every register bypassed and never
 folds fabric registers into it, so the routes from the operand registers into the blocks and
 from the blocks to the product registers (4-5 ns each on the 45F, placed apart) would stay in
 the cycle. The registers are the same pipeline registers as in the generic netlist, so the
-cycle count does not change.
+cycle count does not change. A few multiplexers whose inputs come late in the cycle (block-RAM
+data, a multiplier's product) are instantiated as ``LUT4`` cells, one a bit (:func:`lut4`):
+Yosys's mapper (ABC) sees through kept wires and, with five or more signals in a bit's cone,
+maps the late ones through two levels; an instantiated LUT is left as it is.
 
 A family is chosen by the ``platform`` argument of elaboration: :class:`Target` (what
 ``accel verilog --target`` and ``accel synth`` pass), or an ``amaranth.vendor`` platform.
@@ -16,11 +19,13 @@ A family is chosen by the ``platform`` argument of elaboration: :class:`Target` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from amaranth.hdl import ClockSignal, Const, Instance, Module, Signal, Value, signed
 
-__all__ = ["FAMILIES", "Target", "family_for", "family_of", "mult18x18d", "sim_model"]
+__all__ = ["FAMILIES", "Target", "family_for", "family_of", "lut4", "lut4_init", "mult18x18d",
+           "sim_model"]
 
 FAMILIES = ("ecp5",)
 """Families with instantiated primitives; any other target gets the generic netlist."""
@@ -111,9 +116,38 @@ def mult18x18d(m: Module, a: Value, b: Value, name: str, *, width: int = 16,
     return product
 
 
+def lut4_init(fn: Callable[[int, int, int, int], int]) -> int:
+    """The 16-bit ``INIT`` of an ECP5 ``LUT4`` computing ``fn(a, b, c, d)``: bit
+    ``d << 3 | c << 2 | b << 1 | a`` is the output for those inputs."""
+    return sum((fn(i & 1, i >> 1 & 1, i >> 2 & 1, i >> 3) & 1) << i for i in range(16))
+
+
+def lut4(m: Module, a: Value, b: Value, c: Value, d: Value,
+         fn: Callable[[int, int, int, int], int], name: str) -> Signal:
+    """Bitwise ``fn(a, b, c, d)`` (equal widths), one ECP5 ``LUT4`` cell a bit.
+
+    Raises
+    ------
+    ValueError
+        The four inputs are not all as wide.
+    """
+    widths = {len(v) for v in (a, b, c, d)}
+    if len(widths) != 1:
+        raise ValueError("LUT4 inputs must be equally wide, not "
+                         f"{', '.join(str(len(v)) for v in (a, b, c, d))}")
+    (width,) = widths
+    out = Signal(width, name=name)
+    init = Const(lut4_init(fn), 16)
+    for i in range(width):
+        m.submodules[f"{name}_lut{i}"] = Instance(
+            "LUT4", p_INIT=init, i_A=a[i], i_B=b[i], i_C=c[i], i_D=d[i], o_Z=out[i])
+    return out
+
+
 def sim_model(family: str) -> str:
-    """Verilog simulation models of the primitives :func:`mult18x18d` instantiates for
-    ``family``, for simulating that family's netlist (Verilator); Yosys ships only black boxes.
+    """Verilog simulation models of the primitives :func:`mult18x18d` and :func:`lut4`
+    instantiate for ``family``, for simulating that family's netlist (Verilator); Yosys ships
+    only black boxes for the first (and a model of the second Verilator cannot take as is).
 
     ``MULT18X18D`` is modelled as far as the RTL uses it (Lattice TN1267): ``P = A * B`` with
     ``SIGNEDA``/``SIGNEDB``, the A, B and output registers each bypassed (``"NONE"``) or clocked
@@ -167,5 +201,11 @@ module MULT18X18D(
     end
   end
   assign {bus("P", 36)} = (REG_OUTPUT_CLK == "NONE") ? prod[35:0] : p_q;
+endmodule
+
+// The ECP5 LUT4: Z is INIT's bit {{D, C, B, A}}.
+module LUT4(input A, input B, input C, input D, output Z);
+  parameter [15:0] INIT = 16'h0000;
+  assign Z = INIT[{{D, C, B, A}}];
 endmodule
 """

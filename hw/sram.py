@@ -15,26 +15,35 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.params import BufferGeometry
+from hw.primitives import family_of, lut4
 
 __all__ = ["BufferRead", "BufferWrite", "SramBuffer", "late_mux"]
 
 
+def _late_bit(fixed: int, code: int, a: int, b: int) -> int:
+    return code if fixed else (a if code else b)
+
+
 def late_mux(m: Module, name: str, take_a: Value, a: Value, take_b: Value, b: Value,
-             rest: Value) -> Value:
+             rest: Value, family: str | None = None) -> Value:
     """``Mux(take_a, a, Mux(take_b, b, rest))`` with ``a`` and ``b`` late: each bit one LUT.
 
-    For two inputs that arrive late in the cycle (block-RAM data, a carry chain's sum), whose
-    bits should pass a single LUT of four inputs on their way to a register: the other two are
-    kept signals (``keep``) formed from the selects and ``rest``, ``{name}_fixed`` (neither is
-    taken: the bit is the code) and ``{name}_code`` (that bit, or else 1 for ``a``, 0 for
-    ``b``). Yosys's mapper, left to itself, spends two LUT levels on five inputs. The width is
-    ``rest``'s.
+    For two inputs that arrive late in the cycle (block-RAM data, a multiplier's product, a
+    carry chain's sum), whose bits should pass a single LUT of four inputs on their way to a
+    register: the other two inputs are ``{name}_fixed`` (neither is taken: the bit is the
+    code) and ``{name}_code`` (that bit, or else 1 for ``a``, 0 for ``b``), formed from the
+    selects and ``rest``. For ECP5 (``family``) each bit is an instantiated ``LUT4``
+    (:func:`hw.primitives.lut4`): Yosys's mapper, left to itself, sees through the two signals
+    and spends two levels on the late inputs. The width is ``rest``'s.
     """
     width = len(rest)
     fixed = Signal(name=f"{name}_fixed", attrs={"keep": 1})
     code = Signal(width, name=f"{name}_code", attrs={"keep": 1})
     m.d.comb += [fixed.eq(~take_a & ~take_b),
                  code.eq(Mux(fixed, rest, take_a.replicate(width)))]
+    if family == "ecp5":
+        return lut4(m, fixed.replicate(width), code, a[:width], b[:width], _late_bit,
+                    f"{name}_late")
     return Mux(fixed, code, (code & a[:width]) | (~code & b[:width]))
 
 
@@ -260,7 +269,8 @@ class SramBuffer(wiring.Component):
                 # ``force``'s multiplexer in two). The bits beyond those kept are ``forced``'s.
                 (_, rp0), (_, rp1) = banks
                 kept = late_mux(m, "pick", ~self.force & bank, rp1.data,
-                                ~self.force & ~bank, rp0.data, self.forced[:g.store_bits])
+                                ~self.force & ~bank, rp0.data, self.forced[:g.store_bits],
+                                family_of(platform))
                 m.d.comb += self.picked.eq(
                     Cat(kept, Mux(self.force, self.forced[g.store_bits:], 0)))
             else:

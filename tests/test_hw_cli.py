@@ -12,6 +12,7 @@ import yaml
 
 from accel import load_config
 from hw.cli import add_parsers
+from hw.params import RtlParams
 from hw.synth import SynthReport, parse_stat, synthesize
 
 STAT_NEW = """
@@ -109,12 +110,23 @@ def test_verilog_command_ecp5(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert all('.REG_INPUTA_CLK("NONE")' in b and '.REG_INPUTB_CLK("NONE")' in b
                and '.REG_OUTPUT_CLK("CLK0")' in b and ".SIGNEDA(1'h0)" in b for b in alu)
     assert "module MULT18X18D" not in text
+    # The late inputs' last multiplexers (``late_mux``) are LUT4 cells, one a bit: the micro-op
+    # buffer's pick (the micro-op's kept bits), the ALU's operands and the result register.
+    params = RtlParams(cfg)
+    width = cfg.acc_tile_bytes * 8
+    luts = re.findall(r"LUT4 #\(\s*\.INIT\(16'h(\w+)\)\s*\) (\w+)_late_lut\d+ \(", text)
+    names = [name for _, name in luts]
+    assert {name: names.count(name) for name in names} == {
+        "pick": params.buffers["uop"].store_bits, "dst": width, "src": width, "wb": width}
+    # Z = INIT[{D, C, B, A}] with A the fixed flag, B the code, C the first late input, D the
+    # second: fixed ? code : code ? C : D, worked out by hand.
+    assert {init for init, _ in luts} == {"d9c8"}
     assert cli(["verilog", "--config", "tiny", "--target", "ecp5", "--sim-models",
                 "-o", str(out)]) == 0
-    assert "module MULT18X18D(" in out.read_text()
+    assert "module MULT18X18D(" in out.read_text() and "module LUT4(" in out.read_text()
     # Other families get the generic netlist.
     assert cli(["verilog", "--config", "tiny", "--target", "xilinx", "-o", str(out)]) == 0
-    assert "MULT18X18D" not in out.read_text()
+    assert "MULT18X18D" not in out.read_text() and "LUT4" not in out.read_text()
 
 
 def test_verilog_command_bad_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -731,6 +731,25 @@ def test_load_engine_targets_are_checked(tiny: HwConfig) -> None:
         LoadEngine(p, ())
 
 
+def test_lut4_init_and_widths() -> None:
+    """``lut4_init`` puts ``fn(a, b, c, d)`` at bit ``{d, c, b, a}`` of ``INIT`` (as the ECP5
+    LUT4 reads it); ``lut4`` wants four inputs of one width."""
+    from amaranth.hdl import Signal
+
+    from hw.primitives import lut4, lut4_init
+
+    assert lut4_init(lambda a, b, c, d: a & b & c & d) == 0x8000
+    assert lut4_init(lambda a, b, c, d: a) == 0xAAAA
+    assert lut4_init(lambda a, b, c, d: d) == 0xFF00
+    assert lut4_init(lambda a, b, c, d: b ^ c) == 0x3C3C
+    m = Module()
+    out = lut4(m, *(Signal(3) for _ in range(4)), lambda a, b, c, d: a, "z")
+    assert len(out) == 3
+    with pytest.raises(ValueError, match=re.escape(
+            "LUT4 inputs must be equally wide, not 3, 3, 2, 3") + "$"):
+        lut4(m, Signal(3), Signal(3), Signal(2), Signal(3), lambda a, b, c, d: a, "z")
+
+
 def test_mult18x18d_rejects_what_the_block_cannot_hold() -> None:
     from amaranth.hdl import Signal
 
