@@ -33,7 +33,8 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("-o", "--output", required=True, help="Verilog file to write")
     p.add_argument("--target", default=None, choices=sorted(TARGETS),
                    help="FPGA family whose primitives to instantiate where the RTL has them "
-                        "(ecp5: the GEMM multipliers; default: generic Verilog)")
+                        "(ecp5: the multipliers, the last LUTs after block RAMs and multipliers; "
+                        "default: generic Verilog)")
     p.add_argument("--sim-models", action="store_true",
                    help="append simulation models of the instantiated primitives")
     p.set_defaults(func=cmd_verilog)

@@ -146,8 +146,9 @@ def lut4(m: Module, a: Value, b: Value, c: Value, d: Value,
 
 def sim_model(family: str) -> str:
     """Verilog simulation models of the primitives :func:`mult18x18d` and :func:`lut4`
-    instantiate for ``family``, for simulating that family's netlist (Verilator); Yosys ships
-    only black boxes for the first (and a model of the second Verilator cannot take as is).
+    instantiate for ``family``, for simulating that family's netlist (Verilator) on its own:
+    Yosys ships only a black box of the first, and the second is a few lines here rather than
+    Yosys's whole cell library.
 
     ``MULT18X18D`` is modelled as far as the RTL uses it (Lattice TN1267): ``P = A * B`` with
     ``SIGNEDA``/``SIGNEDB``, the A, B and output registers each bypassed (``"NONE"``) or clocked
