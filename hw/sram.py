@@ -26,25 +26,28 @@ def _late_bit(fixed: int, code: int, a: int, b: int) -> int:
 
 def late_mux(m: Module, name: str, take_a: Value, a: Value, take_b: Value, b: Value,
              rest: Value, family: str | None = None) -> Value:
-    """``Mux(take_a, a, Mux(take_b, b, rest))`` with ``a`` and ``b`` late: each bit one LUT.
+    """``Mux(take_a, a, Mux(take_b, b, rest))``, for ECP5 with each bit of the late inputs
+    ``a`` and ``b`` through one LUT.
 
     For two inputs that arrive late in the cycle (block-RAM data, a multiplier's product, a
     carry chain's sum), whose bits should pass a single LUT of four inputs on their way to a
-    register: the other two inputs are ``{name}_fixed`` (neither is taken: the bit is the
-    code) and ``{name}_code`` (that bit, or else 1 for ``a``, 0 for ``b``), formed from the
-    selects and ``rest``. For ECP5 (``family``) each bit is an instantiated ``LUT4``
-    (:func:`hw.primitives.lut4`): Yosys's mapper, left to itself, sees through the two signals
-    and spends two levels on the late inputs. The width is ``rest``'s.
+    register. For ECP5 (``family``) each bit is an instantiated ``LUT4``
+    (:func:`hw.primitives.lut4`) of the two late bits and two signals formed from the selects
+    and ``rest``: ``{name}_fixed`` (neither is taken: the bit is the code) and
+    ``{name}_code`` (that bit, or else 1 for ``a``, 0 for ``b``). Left to itself, Yosys's
+    mapper sees through any such signals, kept or not, and spends two levels on the late
+    inputs. Other families get the plain multiplexers (a LUT6 holds a bit's five inputs). The
+    width is ``rest``'s.
     """
     width = len(rest)
+    if family != "ecp5":
+        return Mux(take_a, a[:width], Mux(take_b, b[:width], rest))
     fixed = Signal(name=f"{name}_fixed", attrs={"keep": 1})
     code = Signal(width, name=f"{name}_code", attrs={"keep": 1})
     m.d.comb += [fixed.eq(~take_a & ~take_b),
                  code.eq(Mux(fixed, rest, take_a.replicate(width)))]
-    if family == "ecp5":
-        return lut4(m, fixed.replicate(width), code, a[:width], b[:width], _late_bit,
-                    f"{name}_late")
-    return Mux(fixed, code, (code & a[:width]) | (~code & b[:width]))
+    return lut4(m, fixed.replicate(width), code, a[:width], b[:width], _late_bit,
+                f"{name}_late")
 
 
 class BufferWrite(wiring.Signature):
