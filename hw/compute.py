@@ -817,9 +817,9 @@ class Compute(wiring.Component):
         # The hits are compared a cycle ahead (in s3, against the micro-ops then in s5, s6 and
         # s7: the pipeline from s3 on never stalls) and registered. The late inputs, the MUL
         # result of the micro-op in s6 (its upper half through an adder from the multiplier
-        # block) and the acc RAM's read data, then pass one LUT (``late_mux``): everything
-        # else (which of them to take, the other operations' result, the written results, the
-        # immediate) is kept as logic of its own formed from registers.
+        # block) and the acc RAM's read data, then pass one LUT on ECP5 (``late_mux``):
+        # everything else (which of them to take, the other operations' result, the written
+        # results, the immediate) is formed from registers into the LUT's other two inputs.
         src_data4 = Signal(width)
         a5, b5 = (Signal(width, name=n) for n in ("a5", "b5"))
         prod6, other6 = (Signal(width, name=n) for n in ("prod6", "other6"))
@@ -883,8 +883,8 @@ class Compute(wiring.Component):
         w_rest = Signal(len(acc_buf.w.data) - width)  # LOAD ACC's lanes 1 and up
         m.d.sync += [w_load.eq(eng.wr_acc.en), w_rest.eq(eng.wr_acc.data[width:])]
         # The late inputs of ``wdata``, the MUL result and the GEMM's accumulated sum, pass one
-        # LUT (``late_mux``); which to take and everything else (LOAD ACC's data, the other ALU
-        # operations' result, a GEMM reset's zeros) is kept as logic of its own from registers.
+        # LUT on ECP5 (``late_mux``); which to take and everything else (LOAD ACC's data, the
+        # other ALU operations' result, a GEMM reset's zeros) is formed from registers.
         rest = Signal(width)
         m.d.comb += rest.eq(Mux(eng.writing_acc, eng.wr_acc.data[:width],
                                 Mux(alu_q, other6, 0)))
