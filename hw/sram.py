@@ -149,9 +149,10 @@ class SramBuffer(wiring.Component):
         micro-op buffer, whose reader picks one of the two micro-ops a read returns.
         With it come ports ``force`` and ``forced`` (in, in the cycle the data arrive, like
         ``picked``): where ``force`` is set, ``picked`` is ``forced`` instead (the reader's
-        forwarding of writes the read cannot see). With two banks each bit of ``picked`` is
-        then one LUT of four inputs, two of them the banks' data: the other two are kept
-        signals from the select, ``force`` and ``forced`` (``pick_fixed``, ``pick_code``).
+        forwarding of writes the read cannot see). With two banks, built for ECP5, each bit
+        of ``picked`` is then one LUT of four inputs, two of them the banks' data
+        (:func:`late_mux`; the other two, ``pick_fixed`` and ``pick_code``, come from the
+        select, ``force`` and ``forced``).
 
     Ports
     -----
