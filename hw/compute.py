@@ -461,15 +461,17 @@ class Compute(wiring.Component):
         # that the RAM's data, which Yosys's mapper sees as arriving no later than a
         # register's, passes only the last LUT (the buffer's, see below) rather than the
         # compares' LUT levels.
-        want = Signal(g.addr_bits, name="uop_want")
-        m.d.comb += want.eq(addr_q + sel_q)
+        # Each write lane is compared against ``addr_q`` and ``addr_q + 1`` both, and ``sel_q``
+        # picks after the compares (it does not go through an adder's carry chain first).
         hit = Signal(name="uop_fwd_hit", attrs={"keep": 1})
         fwd = Signal(g.elem_bits, name="uop_fwd", attrs={"keep": 1})
         word: object = Const(0, g.elem_bits)
         hits = []
         for en, w_addr, w_data in reversed(writes):         # the older first: the newer wins
             for i in range(g.lanes):
-                lane_hit = en[i] & ((w_addr + i)[:g.addr_bits] == want)
+                at = (w_addr + i)[:g.addr_bits] == addr_q
+                after = (w_addr + i - 1)[:g.addr_bits] == addr_q
+                lane_hit = en[i] & Mux(sel_q, after, at)
                 word = Mux(lane_hit, w_data.word_select(i, g.elem_bits), word)
                 hits.append(lane_hit)
         m.d.comb += [hit.eq(Cat(*hits).any()), fwd.eq(word)]
