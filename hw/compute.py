@@ -48,7 +48,7 @@ from accel.isa import AluOp, MemType, Opcode
 from hw.control import DepControl
 from hw.dma import LoadEngine, mem_predecode
 from hw.dram import dram_port
-from hw.lutmul import mul_low_lut_parts, tree_sum
+from hw.lutmul import carry_save, mul_low_lut_parts, tree_sum
 from hw.params import RtlParams, writeback_stage
 from hw.primitives import family_of, mult18x18d
 from hw.queues import token_stream
@@ -60,8 +60,9 @@ __all__ = ["ALU_PICK", "COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "Gemm
 
 CROSS_PARTS = 4
 """Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 16
-radix-4 Booth addends' four adder levels are split two before the register and two after it;
-the low product's upper half is added to their sum last."""
+radix-4 Booth addends' first two adder levels are before the register; after it the four
+partial sums and the low product's upper half are compressed to two (:func:`carry_save`) and
+added by one adder."""
 
 
 COMPUTE_PRE = data.StructLayout({
@@ -277,11 +278,12 @@ class AluLane(wiring.Component):
             mul_q.eq(self.op == int(AluOp.MUL)),
         ]
         m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
-        # The cross terms' partial sums are added first, from flip-flops, while the low
-        # product comes out of its multiplier block (placed apart): it then passes one adder.
-        cross_sum = Signal(16, attrs={"keep": 1})
-        m.d.comb += cross_sum.eq(tree_sum(cross_q, width=16))
-        high = (lo_q[16:] + cross_sum)[:16]
+        # One carry chain: the cross terms' partial sums and the low product's upper half are
+        # compressed to two addends in LUTs first (3:2 compressors), the low product last, as
+        # it comes out of its multiplier block (placed apart). Two chains in a row (the cross
+        # sum, then the upper half) bounded the clock at 10.1 ns on the 45F.
+        x, y = carry_save(cross_q, 16, last=(lo_q[16:],))
+        high = (x + y)[:16]
         m.d.comb += [
             self.product.eq(Cat(lo_q[:16], high)),
             self.mul.eq(mul_q),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 
-__all__ = ["mul_low_lut", "mul_low_lut_parts", "tree_sum"]
+__all__ = ["carry_save", "mul_low_lut", "mul_low_lut_parts", "tree_sum"]
 
 
 def tree_sum(terms: list[object], width: int | None = None) -> object:
@@ -14,6 +14,34 @@ def tree_sum(terms: list[object], width: int | None = None) -> object:
         terms = [((terms[i] + terms[i + 1])[:width] if width else terms[i] + terms[i + 1])
                  if i + 1 < len(terms) else terms[i] for i in range(0, len(terms), 2)]
     return terms[0][:width] if width else terms[0]
+
+
+def carry_save(terms: list[object], width: int,
+               last: tuple[object, ...] = ()) -> tuple[object, object]:
+    """Two values whose sum mod ``2**width`` is ``sum(terms) + sum(last)`` mod ``2**width``, from
+    3:2 compressors (per bit a three-input XOR and a majority: LUTs, no carry chain).
+
+    ``terms`` are compressed three at a time until two are left; only then does each of ``last``
+    join (one level each), so a late operand (a multiplier block's output across the chip) passes
+    the fewest levels. One adder after this is the only carry chain of the whole sum.
+    """
+    def compress(a: object, b: object, c: object) -> list[object]:
+        total = (a ^ b ^ c)[:width]
+        carry = Cat(Const(0), (a & b) | (a & c) | (b & c))[:width]
+        return [total, carry]
+
+    rest = [Cat(t)[:width] for t in terms]
+    late = [Cat(t)[:width] for t in last]
+    while len(rest) + len(late) > 2:
+        while len(rest) < 3:
+            rest.append(late.pop(0))
+        nxt = []
+        while len(rest) >= 3:
+            nxt += compress(rest.pop(0), rest.pop(0), rest.pop(0))
+        rest = nxt + rest
+    while len(rest) < 2:
+        rest.append(late.pop(0) if late else Const(0, width))
+    return rest[0], rest[1]
 
 
 def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str,

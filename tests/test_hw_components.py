@@ -679,6 +679,40 @@ def test_booth_lut_multiplier_matches_products(widths: tuple[int, ...], width: i
     sim.run()
 
 
+@pytest.mark.parametrize(("n_terms", "n_last", "width"), [
+    (4, 1, 16),     # the ALU's MUL: four cross partial sums, then the low product's upper half
+    (0, 0, 5), (1, 0, 7), (2, 0, 6), (3, 0, 9), (5, 0, 8), (7, 2, 11), (1, 3, 10), (2, 2, 4),
+])
+def test_carry_save_keeps_the_sum(n_terms: int, n_last: int, width: int) -> None:
+    """``carry_save``: the two values add up to every term's sum mod ``2**width``, with operands
+    wider and narrower than ``width``."""
+    from amaranth.hdl import Module, Signal
+
+    from hw.lutmul import carry_save
+
+    rng = np.random.default_rng(100 * n_terms + 10 * n_last + width)
+    widths = [int(rng.integers(1, width + 4)) for _ in range(n_terms + n_last)]
+    sigs = [Signal(w) for w in widths]
+    x, y = carry_save(sigs[:n_terms], width, last=tuple(sigs[n_terms:]))
+    m = Module()
+    out_x, out_y = Signal(width), Signal(width)
+    m.d.comb += [out_x.eq(x), out_y.eq(y)]
+    top = [(1 << w) - 1 for w in widths]
+    cases = [[0] * len(widths), top]
+    cases += [[int(rng.integers(0, 1 << w)) for w in widths] for _ in range(300)]
+
+    async def bench(ctx: object) -> None:
+        for values in cases:
+            for sig, v in zip(sigs, values, strict=True):
+                ctx.set(sig, v)
+            got = (ctx.get(out_x) + ctx.get(out_y)) % (1 << width)
+            assert got == sum(values) % (1 << width), values
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+
+
 def test_gemm_deep_follows_the_depth(tiny: HwConfig) -> None:
     """The GEMM gets its product register where the depth pays for it: 5 at ii 1, 4 at ii 2."""
     def deep(ii: int, depth: int) -> bool:
