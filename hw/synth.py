@@ -178,22 +178,30 @@ def late_endpoints(report: dict[str, Any], period_ns: float,
     """Endpoints of a nextpnr ``--detailed-timing-report`` JSON later than ``period_ns``.
 
     Every input of a register, block RAM or multiplier block that nextpnr times carries its
-    arrival after routing (clock-to-out, logic and routes, setup included) over each net that
-    reaches it; nets launched by an input pin (``<async>``: the reset) do not bound the clock
-    and are left out. Returns how many arrive later than ``period_ns`` and, worst first, up to
-    ``limit`` groups by :func:`register_of`: ``{"register", "endpoints", "worst_ns"}``. The
-    one path nextpnr prints is only the worst of these; the groups show how much must change
-    for a clock.
+    arrival after routing (clock-to-out, logic and routes) over the net that reaches it, once
+    per launch: an input reached both from registers and from an input pin without a clock
+    (``<async>``: the reset, through a LUT into synchronous-reset inputs) is listed twice. The
+    report names one launch a net, ``event``, its first entries'; the entries of each endpoint
+    follow the same order (they come from one driver), so with one clock an endpoint's first
+    arrival is ``event``'s and a second one the other launch's. Arrivals launched by the pin do
+    not bound the clock and are left out. Returns how many endpoints arrive later than
+    ``period_ns`` and, worst first, up to ``limit`` groups by :func:`register_of`:
+    ``{"register", "endpoints", "worst_ns"}``. The one path nextpnr prints is only the worst
+    of these; the groups show how much must change for a clock.
     """
     worst: dict[str, float] = {}
     count: dict[str, int] = {}
     seen: set[tuple[str, str]] = set()
     for net in report.get("detailed_net_timings", ()):
-        if not _clocked(net.get("event", "")):
-            continue        # from an input pin (the reset): not a register-to-register path
+        first_clocked = _clocked(net.get("event", ""))
+        launches: dict[tuple[str, str], int] = {}
         for end in net.get("endpoints", ()):
-            arrival = float(end["delay"][1])
             key = (end["cell"], end["port"])
+            k = launches.get(key, 0)
+            launches[key] = k + 1
+            if first_clocked != (k == 0):
+                continue    # launched by an input pin (the reset): not register to register
+            arrival = float(end["delay"][1])
             if arrival <= period_ns or key in seen:
                 continue
             seen.add(key)

@@ -224,6 +224,17 @@ PNR_REPORT = {
         {"net": "rst", "driver": "rst$tr_io", "port": "O", "event": "<async>", "endpoints": [
             _endpoint("accel.compute.alu_lane_4.lo_q[4]_TRELLIS_FF_Q", "LSR", 12.4),
         ]},
+        # An input reached from registers and from the reset pin (a LUT joins them) is listed
+        # once per launch, the net's ``event`` first: the second arrival is the pin's here...
+        {"net": "n4", "driver": "l1", "port": "F", "event": "posedge clk", "endpoints": [
+            _endpoint("accel.compute.alu_lane_7.pick_q[2]_TRELLIS_FF_Q", "LSR", 5.2),
+            _endpoint("accel.compute.alu_lane_7.pick_q[2]_TRELLIS_FF_Q", "LSR", 11.3),
+        ]},
+        # ... and the registers' where the pin's comes first.
+        {"net": "n5", "driver": "l2", "port": "F", "event": "<async>", "endpoints": [
+            _endpoint("accel.compute.engine.beat_in_elem[1]_TRELLIS_FF_Q", "LSR", 12.0),
+            _endpoint("accel.compute.engine.beat_in_elem[1]_TRELLIS_FF_Q", "LSR", 10.7),
+        ]},
         # The same endpoint listed twice (by two nets) counts once.
         {"net": "n3", "driver": "z", "port": "Z", "event": "posedge clk", "endpoints": [
             _endpoint("accel.compute.a5[161]_TRELLIS_FF_Q", "DI", 10.5),
@@ -250,10 +261,11 @@ def test_late_endpoints_by_register() -> None:
     from hw.synth import late_endpoints
 
     count, groups = late_endpoints(PNR_REPORT, 10.0)
-    assert count == 5
+    assert count == 6
     assert groups == [
         {"register": "compute.gemm_core.dot", "endpoints": 1, "worst_ns": 12.1},
         {"register": "compute.a5", "endpoints": 2, "worst_ns": 11.0},
+        {"register": "compute.engine.beat_in_elem", "endpoints": 1, "worst_ns": 10.7},
         {"register": "compute.acc_buffer.bank0", "endpoints": 2, "worst_ns": 10.2},
     ]
     assert late_endpoints(PNR_REPORT, 10.0, limit=1)[1] == groups[:1]
@@ -286,7 +298,7 @@ def test_synth_pnr_prints_the_late_registers(monkeypatch: pytest.MonkeyPatch,
         "Fmax     78.5 MHz (ECP5 LFE5U-45K, post-route, seed 3, timing-weighted placer)\n"
         "worst    8.76 ns from compute.gemm_core.mul to compute.gemm_core.dot "
         "(8.00 ns routing, 1 logic cells)\n"
-        "late     5 endpoints arrive later than 10.00 ns (100 MHz)\n"
+        "late     6 endpoints arrive later than 10.00 ns (100 MHz)\n"
         "   12.10 ns      1  compute.gemm_core.dot\n"
         "   11.00 ns      2  compute.a5\n")
     assert cli(["synth", "--target", "ecp5", "--pnr", "--default-placer"]) == 0
