@@ -268,13 +268,14 @@ class SramBuffer(wiring.Component):
             bank = Signal(lane_bits, name="pick_bank", attrs={"keep": 1})
             m.d.sync += pick_q.eq(self.pick)
             m.d.comb += bank.eq(r_lo_q + pick_q)
-            if k == 2:
+            if k == 2 and family_of(platform) == "ecp5":
                 # One LUT after the RAMs (Yosys's mapper otherwise puts the bank select and
                 # ``force``'s multiplexer in two). The bits beyond those kept are ``forced``'s.
+                # Elsewhere late_mux is the multiplexers below (a LUT6 holds a bit's inputs).
                 (_, rp0), (_, rp1) = banks
                 kept = late_mux(m, "pick", ~self.force & bank, rp1.data,
                                 ~self.force & ~bank, rp0.data, self.forced[:g.store_bits],
-                                family_of(platform))
+                                "ecp5")
                 m.d.comb += self.picked.eq(
                     Cat(kept, Mux(self.force, self.forced[g.store_bits:], 0)))
             else:
