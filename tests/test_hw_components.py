@@ -515,8 +515,9 @@ def test_token_queue_room_is_the_registered_level() -> None:
 
 def test_arbiter_grants_by_priority_when_free() -> None:
     """Whenever the channel is free (including the cycle after the last beat), the asking
-    requester of highest priority gets it, whoever asked first (``sim.timing.DramChannel``).
-    The channel's write data are store's (the one writer) whoever holds it."""
+    requester of highest priority gets it, whoever asked first (``sim.timing.DramChannel``),
+    and holds it for ``ceil(bytes / 8)`` beats. The channel's write data are store's (the one
+    writer) whoever holds it."""
     dut = DramArbiter(16, 5, 64)
     rng = np.random.default_rng(3)
     ports = [getattr(dut, name) for name in REQUESTERS]
@@ -532,7 +533,7 @@ def test_arbiter_grants_by_priority_when_free() -> None:
                 if not asking[i] and rng.integers(0, 3) == 0:
                     asking[i] = True
                 ctx.set(ports[i].req.valid, asking[i])
-                ctx.set(ports[i].req.payload.bytes, 8 * int(rng.integers(1, 3)))
+                ctx.set(ports[i].req.payload.bytes, int(rng.integers(1, 32)))
                 ctx.set(ports[i].wr_data, int(rng.integers(0, 2**63)))
             assert ctx.get(dut.dram.wr_data) == ctx.get(dut.store.wr_data)
             beat = busy_beats > 0
@@ -548,7 +549,7 @@ def test_arbiter_grants_by_priority_when_free() -> None:
             await ctx.tick()
             busy_beats = max(0, busy_beats - 1)
             if expect is not None:
-                holder, busy_beats = expect, nbytes // 8
+                holder, busy_beats = expect, -(-nbytes // 8)    # the last beat partial
                 asking[expect] = False
                 grants += 1
         assert grants > 50
