@@ -138,8 +138,16 @@ class _Engine(wiring.Component):
         with m.Elif(s["beat"]):
             m.d.sync += [s["beats_left"].eq(s["beats_left"] - 1),
                          one_beat.eq(s["beats_left"] == 2)]
-        rem_next = Signal(size_bits)
-        m.d.comb += rem_next.eq(rem - s["req_bytes"])
+        # ``rem`` after the burst in flight, and whether more than a burst is left then, from
+        # ``rem`` alone (a burst that does not end its row is a whole one, ``max_burst``
+        # bytes), registered in every cycle: the burst's end loads them with no subtract and
+        # compare in front of it. ``rem`` changes only in a cycle a burst or row ends (or at
+        # decode), and the next burst ends two cycles later at the soonest (its request is
+        # granted in the next cycle at the soonest and its first beat comes ``latency >= 1``
+        # after that), when these registers hold the new ``rem``'s values.
+        rem_after = Signal(size_bits)
+        more_after = Signal()
+        m.d.sync += [rem_after.eq(rem - max_burst), more_after.eq(rem > 2 * max_burst)]
         with m.If(s["row_end"]):
             m.d.sync += [
                 s["row_dram"].eq(s["row_dram"] + s["stride"]),
@@ -152,10 +160,10 @@ class _Engine(wiring.Component):
             ]
         with m.Elif(s["burst_end"]):
             m.d.sync += [
-                req_addr.eq(req_addr + s["req_bytes"]),
-                rem.eq(rem_next),
-                s["req_bytes"].eq(Mux(rem_next > max_burst, max_burst, rem_next)),
-                ends_row.eq(rem_next <= max_burst),
+                req_addr.eq(req_addr + max_burst),
+                rem.eq(rem_after),
+                s["req_bytes"].eq(Mux(more_after, max_burst, rem_after)),
+                ends_row.eq(~more_after),
             ]
         return s
 
