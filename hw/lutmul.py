@@ -16,32 +16,43 @@ def tree_sum(terms: list[object], width: int | None = None) -> object:
     return terms[0][:width] if width else terms[0]
 
 
-def carry_save(terms: list[object], width: int,
-               last: tuple[object, ...] = ()) -> tuple[object, object]:
-    """Two values whose sum mod ``2**width`` is ``sum(terms) + sum(last)`` mod ``2**width``, from
-    3:2 compressors (per bit a three-input XOR and a majority: LUTs, no carry chain).
+def carry_save(terms: list[object], width: int) -> tuple[object, object]:
+    """Two values whose sum mod ``2**width`` is ``sum(terms)`` mod ``2**width``, in LUTs (no
+    carry chain): one adder after this is the only carry chain of the whole sum.
 
-    ``terms`` are compressed three at a time until two are left; only then does each of ``last``
-    join (one level each), so a late operand (a multiplier block's output across the chip) passes
-    the fewest levels. One adder after this is the only carry chain of the whole sum.
+    Each level takes the terms five (or four) at a time through column counters: per bit, the
+    count of the group's bits as three bits of weight 1, 2 and 4, each a function of five
+    inputs (one LUT5 level on ECP5, a LUT4 pair and its PFU multiplexer), so five terms
+    become three; three terms left over take a 3:2 compressor (per bit a three-input XOR and
+    a majority). Five terms become two in two levels where 3:2 compressors alone take three.
     """
     def compress(a: object, b: object, c: object) -> list[object]:
-        total = (a ^ b ^ c)[:width]
-        carry = Cat(Const(0), (a & b) | (a & c) | (b & c))[:width]
-        return [total, carry]
+        return [(a ^ b ^ c)[:width], Cat(Const(0), _majority(a, b, c))[:width]]
+
+    def count(group: list[object]) -> list[object]:
+        a, b, c, d, e = group + [Const(0, width)] * (5 - len(group))
+        s1 = a ^ b ^ c
+        c1 = _majority(a, b, c)
+        c2 = _majority(s1, d, e)
+        return [(s1 ^ d ^ e)[:width], Cat(Const(0), c1 ^ c2)[:width],
+                Cat(Const(0, 2), c1 & c2)[:width]]
 
     rest = [Cat(t)[:width] for t in terms]
-    late = [Cat(t)[:width] for t in last]
-    while len(rest) + len(late) > 2:
-        while len(rest) < 3:
-            rest.append(late.pop(0))
+    while len(rest) > 2:
         nxt = []
-        while len(rest) >= 3:
-            nxt += compress(rest.pop(0), rest.pop(0), rest.pop(0))
+        while len(rest) >= 4:
+            nxt += count(rest[:5])
+            rest = rest[5:]
+        if len(rest) == 3:
+            nxt += compress(*rest)
+            rest = []
         rest = nxt + rest
-    while len(rest) < 2:
-        rest.append(late.pop(0) if late else Const(0, width))
+    rest += [Const(0, width)] * (2 - len(rest))
     return rest[0], rest[1]
+
+
+def _majority(a: object, b: object, c: object) -> object:
+    return (a & b) | (a & c) | (b & c)
 
 
 def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
