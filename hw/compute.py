@@ -447,17 +447,26 @@ class Compute(wiring.Component):
         # address comes from the instruction in front through the command queue, and the write
         # from the load engine's counters, both late in this cycle. ``sel`` (late too: it
         # depends on the decode signal) picks the lane after the register, as for the read data.
-        writes = []                     # (enables, address, data): this cycle's, the one before
+        # A write's address is kept as ``lanes + 1`` registers, ``addr - 1 .. addr + lanes - 1``
+        # (lane ``i`` holds ``addr + i``), so that the compares below are between registers,
+        # with no adder's carry chain in front of them (at 07ad499 the lane adders led the
+        # worst path at seeds 1 and 2, 10.22 and 10.75 ns on the 45F). The write port's
+        # address arrives early in its cycle (under 4 ns there), so the adders fit before the
+        # first register.
+        writes = []                     # (enables, addresses, data): this cycle's, the one before
         for age in (1, 2):
             writes.append((Signal(g.lanes, name=f"uop_wr_en_q{age}"),
-                           Signal(g.addr_bits, name=f"uop_wr_addr_q{age}"),
+                           [Signal(g.addr_bits, name=f"uop_wr_addr_q{age}_{d + 1}")
+                            for d in range(-1, g.lanes)],
                            Signal(g.lanes * g.elem_bits, name=f"uop_wr_data_q{age}")))
-        (en1, addr1, data1), (en2, addr2, data2) = writes
+        (en1, addrs1, data1), (en2, addrs2, data2) = writes
         addr_q = Signal(g.addr_bits, name="uop_addr_q")
         sel_q = Signal(name="uop_sel_q")
-        m.d.sync += [en1.eq(wr.en), addr1.eq(wr.addr), data1.eq(wr.data),
-                     en2.eq(en1), addr2.eq(addr1), data2.eq(data1),
+        m.d.sync += [en1.eq(wr.en), data1.eq(wr.data), en2.eq(en1), data2.eq(data1),
                      addr_q.eq(addr), sel_q.eq(sel)]
+        m.d.sync += [a.eq((wr.addr + d)[:g.addr_bits])
+                     for a, d in zip(addrs1, range(-1, g.lanes), strict=True)]
+        m.d.sync += [a2.eq(a1) for a2, a1 in zip(addrs2, addrs1, strict=True)]
         # Which write lane, if any, holds the micro-op wanted (``addr + sel``): formed from
         # registers only, beside the block RAM's read, and kept (``keep``) as its own logic so
         # that the RAM's data, which Yosys's mapper sees as arriving no later than a
@@ -469,10 +478,10 @@ class Compute(wiring.Component):
         fwd = Signal(g.elem_bits, name="uop_fwd", attrs={"keep": 1})
         word: object = Const(0, g.elem_bits)
         hits = []
-        for en, w_addr, w_data in reversed(writes):         # the older first: the newer wins
+        for en, w_addrs, w_data in reversed(writes):        # the older first: the newer wins
             for i in range(g.lanes):
-                at = (w_addr + i)[:g.addr_bits] == addr_q
-                after = (w_addr + i - 1)[:g.addr_bits] == addr_q
+                at = w_addrs[i + 1] == addr_q                   # addr + i
+                after = w_addrs[i] == addr_q                    # addr + i - 1
                 lane_hit = en[i] & Mux(sel_q, after, at)
                 word = Mux(lane_hit, w_data.word_select(i, g.elem_bits), word)
                 hits.append(lane_hit)
