@@ -27,14 +27,14 @@ def carry_save(terms: list[object], width: int) -> tuple[object, object]:
     a majority). Five terms become two in two levels where 3:2 compressors alone take three.
     """
     def compress(a: object, b: object, c: object) -> list[object]:
-        return [(a ^ b ^ c)[:width], Cat(Const(0), _majority(a, b, c))[:width]]
+        total, carry = _full_add(a, b, c)
+        return [total[:width], Cat(Const(0), carry)[:width]]
 
     def count(group: list[object]) -> list[object]:
         a, b, c, d, e = group + [Const(0, width)] * (5 - len(group))
-        s1 = a ^ b ^ c
-        c1 = _majority(a, b, c)
-        c2 = _majority(s1, d, e)
-        return [(s1 ^ d ^ e)[:width], Cat(Const(0), c1 ^ c2)[:width],
+        s1, c1 = _full_add(a, b, c)
+        ones, c2 = _full_add(s1, d, e)
+        return [ones[:width], Cat(Const(0), c1 ^ c2)[:width],
                 Cat(Const(0, 2), c1 & c2)[:width]]
 
     rest = [Cat(t)[:width] for t in terms]
@@ -51,8 +51,9 @@ def carry_save(terms: list[object], width: int) -> tuple[object, object]:
     return rest[0], rest[1]
 
 
-def _majority(a: object, b: object, c: object) -> object:
-    return (a & b) | (a & c) | (b & c)
+def _full_add(a: object, b: object, c: object) -> tuple[object, object]:
+    """Per bit, the sum and carry of three bits: a three-input XOR and a majority."""
+    return a ^ b ^ c, (a & b) | (a & c) | (b & c)
 
 
 def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
