@@ -50,7 +50,7 @@ from hw.dma import LoadEngine, mem_predecode
 from hw.dram import dram_port
 from hw.lutmul import carry_save, mul_low_lut_parts, tree_sum
 from hw.params import RtlParams, writeback_stage
-from hw.primitives import family_of, mult18x18d
+from hw.primitives import family_of, lut4, mult18x18d
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer, late_mux
 
@@ -61,8 +61,9 @@ __all__ = ["ALU_PICK", "COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "Gemm
 CROSS_PARTS = 4
 """Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 16
 radix-4 Booth addends' first two adder levels are before the register; after it the four
-partial sums and the low product's upper half are compressed to two in two LUT levels
-(:func:`carry_save`) and added by one adder."""
+partial sums and the low product's upper half are compressed to two in LUTs
+(:func:`carry_save`; on ECP5 the upper half joins in the last level, see :class:`AluLane`) and
+added by one adder."""
 
 
 COMPUTE_PRE = data.StructLayout({
@@ -260,7 +261,8 @@ class AluLane(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         parts = alu_op(m, self.op, self.a, self.b)
-        if family_of(platform) == "ecp5":
+        ecp5 = family_of(platform) == "ecp5"
+        if ecp5:
             lo_q = mult18x18d(m, self.a[:16], self.b[:16], "mul_lo", width=32,
                               input_registers=False, signed_operands=False)
             cross = mul_low_cross_parts(m, self.a, self.b)
@@ -279,11 +281,27 @@ class AluLane(wiring.Component):
         ]
         m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
         # One carry chain: the cross terms' partial sums and the low product's upper half are
-        # compressed to two addends in LUTs first, in two levels (column counters, then a 3:2
-        # compressor). Two chains in a row (the cross sum, then the upper half) bounded the
-        # clock at 10.1 ns on the 45F, and three levels of 3:2 compressors at 10.06 ns.
-        x, y = carry_save([*cross_q, lo_q[16:]], 16)
-        high = (x + y)[:16]
+        # compressed to two addends in LUTs first. Two chains in a row (the cross sum, then
+        # the upper half) bounded the clock at 10.1 ns on the 45F, and three levels of 3:2
+        # compressors at 10.06 ns.
+        if ecp5:
+            # The upper half comes out of the multiplier block with 3.7-4.1 ns of route on
+            # the 45F, so it passes one LUT (an instantiated 3:2 compressor, which Yosys's
+            # mapper cannot fold deeper) in front of the chain; the cross terms, from fabric
+            # registers placed beside their LUTs, pass three (column counters, a 3:2
+            # compressor, then that one). With the upper half in the counters' level (two
+            # LUTs) its paths into ``wdata`` were the worst at 1c9804f (10.17 ns, seed 2).
+            x, y = carry_save(cross_q, 16)
+            hi = lo_q[16:32]
+            zero = Const(0, 16)
+            total = lut4(m, x, y, hi, zero, lambda a, b, c, _: a ^ b ^ c, "mul_hi_sum")
+            carry = lut4(m, x, y, hi, zero, lambda a, b, c, _: (a & b) | (a & c) | (b & c),
+                         "mul_hi_carry")
+            high = (total + Cat(Const(0), carry[:15]))[:16]
+        else:
+            # Two LUT levels: column counters, then a 3:2 compressor.
+            x, y = carry_save([*cross_q, lo_q[16:]], 16)
+            high = (x + y)[:16]
         m.d.comb += [
             self.product.eq(Cat(lo_q[:16], high)),
             self.mul.eq(mul_q),
