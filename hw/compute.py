@@ -291,7 +291,9 @@ class AluLane(wiring.Component):
             # registers placed beside their LUTs, pass three (column counters, a 3:2
             # compressor, then that one). With the upper half in the counters' level (two
             # LUTs) its paths into ``wdata`` were the worst at 1c9804f (10.17 ns, seed 2).
-            x, y = carry_save(cross_q, 16)
+            # (As signals: a LUT's input bit of an expression would repeat the expression.)
+            x, y = Signal(16, name="mul_cross_x"), Signal(16, name="mul_cross_y")
+            m.d.comb += [v.eq(e) for v, e in zip((x, y), carry_save(cross_q, 16), strict=True)]
             hi = lo_q[16:32]
             zero = Const(0, 16)
             total = lut4(m, x, y, hi, zero, lambda a, b, c, _: a ^ b ^ c, "mul_hi_sum")
