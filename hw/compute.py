@@ -48,9 +48,9 @@ from accel.isa import AluOp, MemType, Opcode
 from hw.control import DepControl
 from hw.dma import LoadEngine, mem_predecode
 from hw.dram import dram_port
-from hw.lutmul import carry_save, mul_low_lut_parts, tree_sum
+from hw.lutmul import carry_save, compress_lut4, mul_low_lut_parts, tree_sum
 from hw.params import RtlParams, writeback_stage
-from hw.primitives import family_of, lut4, mult18x18d
+from hw.primitives import family_of, mult18x18d
 from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer, late_mux
 
@@ -294,12 +294,8 @@ class AluLane(wiring.Component):
             # (As signals: a LUT's input bit of an expression would repeat the expression.)
             x, y = Signal(16, name="mul_cross_x"), Signal(16, name="mul_cross_y")
             m.d.comb += [v.eq(e) for v, e in zip((x, y), carry_save(cross_q, 16), strict=True)]
-            hi = lo_q[16:32]
-            zero = Const(0, 16)
-            total = lut4(m, x, y, hi, zero, lambda a, b, c, _: a ^ b ^ c, "mul_hi_sum")
-            carry = lut4(m, x, y, hi, zero, lambda a, b, c, _: (a & b) | (a & c) | (b & c),
-                         "mul_hi_carry")
-            high = (total + Cat(Const(0), carry[:15]))[:16]
+            total, carry = compress_lut4(m, x, y, lo_q[16:32], "mul_hi")
+            high = (total + carry)[:16]
         else:
             # Two LUT levels: column counters, then a 3:2 compressor.
             x, y = carry_save([*cross_q, lo_q[16:]], 16)

@@ -3,9 +3,11 @@ and balanced adder trees."""
 
 from __future__ import annotations
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 
-__all__ = ["carry_save", "mul_low_lut", "mul_low_lut_parts", "tree_sum"]
+from hw.primitives import lut4
+
+__all__ = ["carry_save", "compress_lut4", "mul_low_lut", "mul_low_lut_parts", "tree_sum"]
 
 
 def tree_sum(terms: list[object], width: int | None = None) -> object:
@@ -54,6 +56,18 @@ def carry_save(terms: list[object], width: int) -> tuple[object, object]:
 def _full_add(a: object, b: object, c: object) -> tuple[object, object]:
     """Per bit, the sum and carry of three bits: a three-input XOR and a majority."""
     return a ^ b ^ c, (a & b) | (a & c) | (b & c)
+
+
+def compress_lut4(m: Module, a: Value, b: Value, c: Value, name: str) -> tuple[Signal, Value]:
+    """:func:`carry_save`'s 3:2 compressor as instantiated ECP5 ``LUT4`` cells
+    (:func:`hw.primitives.lut4`, ``{name}_sum`` and ``{name}_carry``), so that Yosys's mapper
+    cannot fold its inputs deeper: each bit of ``a``, ``b``, ``c`` (equal widths) passes one
+    LUT. Returns two values whose sum mod ``2**width`` is ``a + b + c`` mod ``2**width``."""
+    width = len(a)
+    zero = Const(0, width)
+    total = lut4(m, a, b, c, zero, lambda x, y, z, _: _full_add(x, y, z)[0], f"{name}_sum")
+    carry = lut4(m, a, b, c, zero, lambda x, y, z, _: _full_add(x, y, z)[1], f"{name}_carry")
+    return total, Cat(Const(0), carry[:width - 1])
 
 
 def mul_low_lut(m: Module, pairs: list[tuple[object, object]], width: int, name: str,
