@@ -32,22 +32,40 @@ SIM_TOP = "accel_sim"
 
 
 def wrapper_verilog(cfg: HwConfig) -> str:
-    """A Verilog module ``accel_sim`` around ``accel_top`` with C++-friendly port names."""
+    """A Verilog module ``accel_sim`` around ``accel_top`` with C++-friendly port names.
+
+    Every input of the design comes from a register of the wrapper: the harness sets an input
+    for the next cycle before the clock edge that ends this one (it knows the DRAM's beats a
+    cycle ahead: ``dram.latency`` is at least 1). Amaranth's Verilog gives every register's
+    next-state logic the reset as an input, and the DRAM response reaches far into the
+    datapath; with those as top-level inputs Verilator evaluates all that logic again on every
+    ``eval`` (its input-combo region) besides once after the clock edge. Behind registers it
+    is evaluated once a cycle, and the ``eval`` with the clock low only moves the inputs.
+    """
     p = RtlParams.of(cfg)
     req_bits = dram_request_layout(p.dram_addr_bits, p.burst_bytes_bits).size
     w = p.beat_bits
+    a = p.dram_addr_bits
     return f"""module {SIM_TOP}(
   input clk, input rst, input start,
-  input [{p.dram_addr_bits - 1}:0] insn_addr, input [31:0] insn_count,
+  input [{a - 1}:0] insn_addr, input [31:0] insn_count,
   output done, output [{CYCLE_BITS - 1}:0] cycles,
   output req_valid, input req_ready, output [{req_bits - 1}:0] req_payload,
   input rsp_valid, input [{w - 1}:0] rsp_data, output [{w - 1}:0] wr_data);
+  reg rst_q = 1'b1, start_q = 1'b0, req_ready_q = 1'b0, rsp_valid_q = 1'b0;
+  reg [{a - 1}:0] insn_addr_q = 0;
+  reg [31:0] insn_count_q = 0;
+  reg [{w - 1}:0] rsp_data_q = 0;
+  always @(posedge clk) begin
+    rst_q <= rst; start_q <= start; insn_addr_q <= insn_addr; insn_count_q <= insn_count;
+    req_ready_q <= req_ready; rsp_valid_q <= rsp_valid; rsp_data_q <= rsp_data;
+  end
   accel_top u_accel(
-    .clk(clk), .rst(rst), .start(start), .insn_addr(insn_addr), .insn_count(insn_count),
-    .done(done), .cycles(cycles),
-    .dram__req__valid(req_valid), .dram__req__ready(req_ready),
-    .dram__req__payload(req_payload), .dram__rsp_valid(rsp_valid),
-    .dram__rsp_data(rsp_data), .dram__wr_data(wr_data));
+    .clk(clk), .rst(rst_q), .start(start_q), .insn_addr(insn_addr_q),
+    .insn_count(insn_count_q), .done(done), .cycles(cycles),
+    .dram__req__valid(req_valid), .dram__req__ready(req_ready_q),
+    .dram__req__payload(req_payload), .dram__rsp_valid(rsp_valid_q),
+    .dram__rsp_data(rsp_data_q), .dram__wr_data(wr_data));
 endmodule
 """
 

@@ -82,6 +82,10 @@ int main(int argc, char** argv) {
     const uint64_t insn_count = std::strtoull(argv[5], nullptr, 10);
     const uint64_t max_cycles = std::strtoull(argv[6], nullptr, 10);
     const char* vcd_path = argc > 7 ? argv[7] : nullptr;
+    if (latency < 1 || bpc < 1) {
+        std::fprintf(stderr, "LATENCY and BYTES_PER_CYCLE must be at least 1\n");
+        return 2;
+    }
 
     std::vector<uint8_t> image;
     {
@@ -112,39 +116,39 @@ int main(int argc, char** argv) {
 #else
     (void)vcd_path;
 #endif
-    // One cycle: inputs are set with clk low and evaluated (outputs settle), then the rising
-    // edge. The falling edge is folded into the next cycle's input evaluation.
+    // The wrapper registers every input: what is set before a rising edge is what the design
+    // sees in the cycle after it. One cycle: the outputs (settled after the last edge) are
+    // read, the DRAM model takes them and sets the next cycle's inputs, the clock falls (an
+    // eval that only moves the inputs) and rises (the design's registers and all its logic).
     uint64_t time_ps = 0;
-    auto edge = [&]() {
+    auto tick = [&]() {
+        top->clk = 0;
+        top->eval();
+#if VM_TRACE
+        if (vcd) vcd->dump(time_ps);
+#endif
         top->clk = 1;
         top->eval();
 #if VM_TRACE
         if (vcd) vcd->dump(time_ps + 5000);
 #endif
-        top->clk = 0;
         time_ps += 10000;
     };
-    auto settle = [&]() {
-        top->eval();
-#if VM_TRACE
-        if (vcd) vcd->dump(time_ps);
-#endif
-    };
 
-    top->clk = 0;
+    // Reset: rst is registered at the first edge and resets the design at the second; start
+    // is registered at the second and seen at the third, which is the program's cycle 0.
     top->rst = 1;
     top->start = 0;
     top->req_ready = 1;
     top->rsp_valid = 0;
-    settle();
-    edge();
+    tick();
     top->rst = 0;
     top->insn_addr = insn_addr;
     top->insn_count = static_cast<uint32_t>(insn_count);
     top->start = 1;
-    settle();
-    edge();
+    tick();
     top->start = 0;
+    tick();
 
     Txn t;
     uint64_t bytes_read = 0, bytes_written = 0, transactions = 0;
@@ -152,26 +156,18 @@ int main(int argc, char** argv) {
     int status = 0;
     uint64_t cycles = 0;
     std::vector<uint8_t> beat(bpc);
+    // The beat of the running transaction in cycle c, if any (its address and byte count).
+    auto beat_at = [&](uint64_t c, uint64_t& lo, uint64_t& n) {
+        if (!t.active || c < t.start + latency) return false;
+        uint64_t j = c - t.start - latency;
+        if (j >= t.beats) return false;
+        lo = t.addr + j * bpc;
+        n = std::min<uint64_t>(bpc, t.addr + t.bytes - lo);
+        return true;
+    };
     while (true) {
-        bool have_beat = false;
-        uint64_t j = 0;
-        if (t.active && cycle >= t.start + latency) {
-            j = cycle - t.start - latency;
-            have_beat = j < t.beats;
-        }
-        top->rsp_valid = have_beat;
         uint64_t lo = 0, n = 0;
-        if (have_beat) {
-            lo = t.addr + j * bpc;
-            n = std::min<uint64_t>(bpc, t.addr + t.bytes - lo);
-            if (!t.write) {
-                std::memset(beat.data(), 0, bpc);
-                std::memcpy(beat.data(), image.data() + lo, n);
-                set_beat(top->rsp_data, beat.data(), bpc);
-            }
-        }
-        settle();
-        if (have_beat && t.write) {
+        if (beat_at(cycle, lo, n) && t.write) {
             get_beat(top->wr_data, beat.data(), bpc);
             std::memcpy(image.data() + lo, beat.data(), n);
         }
@@ -208,7 +204,15 @@ int main(int argc, char** argv) {
             status = 3;
             break;
         }
-        edge();
+        // The next cycle's response (latency >= 1: a request of this cycle has no beat in it).
+        const bool next_beat = beat_at(cycle + 1, lo, n);
+        top->rsp_valid = next_beat;
+        if (next_beat && !t.write) {
+            std::memset(beat.data(), 0, bpc);
+            std::memcpy(beat.data(), image.data() + lo, n);
+            set_beat(top->rsp_data, beat.data(), bpc);
+        }
+        tick();
         ++cycle;
     }
 #if VM_TRACE
