@@ -118,6 +118,11 @@ def _starts_loop(bits: Value) -> Value:
     return pre.loop & ~pre.empty
 
 
+def _starts_load(bits: Value) -> Value:
+    """From an instruction's predecoded bits: a LOAD (of the micro-op or acc buffer)."""
+    return COMPUTE_PRE(bits).load
+
+
 ALU_PICK = {"a": 0, "value": 1, "shr": 2, "shl": 3, "sign": 4, "zero": 5}
 """What a lane's other operations' result is, one stage after the operands
 (:func:`alu_op`'s ``pick``): ``a``, ``value``, the right or left shift, ``a``'s sign, or 0."""
@@ -515,7 +520,8 @@ class Compute(wiring.Component):
         family = family_of(platform)
         m.submodules.control = ctrl = DepControl(
             p.insn_layout, pops=("pop_prev", "pop_next"), pushes=("push_prev", "push_next"),
-            token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size, start_when=_starts_loop)
+            token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size,
+            start_when={"loop": _starts_loop, "load": _starts_load})
         m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
         m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
                                                        read_lanes=max(2, p.buffers["uop"].lanes),
@@ -547,7 +553,10 @@ class Compute(wiring.Component):
             pre.eq(ctrl.insn_pre),
             is_load.eq(pre.load),
             is_loop.eq(pre.loop),
-            eng.start.eq(start & is_load),
+            # ``start`` comes late (command queue -> tokens -> start) and fans out to the
+            # load engine's state, request and address enables: the control forms the LOAD's
+            # start as its own two products rather than ``start`` and'ed with the flag.
+            eng.start.eq(ctrl.start_load),                # start & is_load
             eng.insn.eq(insn.mem),
             self.finish.eq(start & pre.finish),
         ]
@@ -601,7 +610,7 @@ class Compute(wiring.Component):
         # One-cycle instructions: FINISH, an empty loop, a LOAD of zero size.
         m.d.comb += ctrl.single.eq(Mux(is_load, pre.zero, ~is_loop | empty))
         first = Signal()
-        m.d.comb += first.eq(ctrl.start_if)       # start & is_loop & ~empty
+        m.d.comb += first.eq(ctrl.start_loop)     # start & is_loop & ~empty
         # The micro-op buffer is read a cycle ahead of each issue (see the pipeline below). The
         # first micro-op was read in the cycle before decode, at the ``bgn`` of the instruction
         # then in front (``ctrl.seen``): it issues in the decode cycle (``first_go``). Otherwise

@@ -24,7 +24,7 @@ modules only through registered queue levels and valid flags.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
@@ -54,9 +54,9 @@ class DepControl(wiring.Component):
         Width of the predecoded bits the command queue stores beside each instruction
         (:class:`~hw.queues.CommandQueue`'s ``pre_bits``), 0 for none.
     start_when
-        With ``pre_bits``: a function of an instruction's predecoded bits (a 1-bit value);
-        ``start_if`` is then ``start`` of an instruction for which it holds, formed as early
-        in the cycle as ``start`` itself.
+        With ``pre_bits``: named functions of an instruction's predecoded bits (each a 1-bit
+        value); ``start_<name>`` is then ``start`` of an instruction for which that one holds,
+        formed as early in the cycle as ``start`` itself.
 
     Ports
     -----
@@ -70,8 +70,8 @@ class DepControl(wiring.Component):
         With ``pre_bits``: the predecoded bits of the queue's head.
     insn_pre : Out
         With ``pre_bits``: those of ``insn`` (held ones are registered with it).
-    start_if : Out
-        With ``start_when``: ``start & start_when(insn_pre)``.
+    start_<name> : Out
+        One per ``start_when`` entry: ``start & start_when[name](insn_pre)``.
     seen : Out
         ``insn`` is the instruction that was in front in the previous cycle (held, or at the
         queue's head) and did not start then; so a reader can look at the instruction a cycle
@@ -96,7 +96,7 @@ class DepControl(wiring.Component):
 
     def __init__(self, insn_layout: data.Layout, pops: tuple[str, ...],
                  pushes: tuple[str, ...], token_depth: int, pre_bits: int = 0,
-                 start_when: Callable[[Value], Value] | None = None) -> None:
+                 start_when: Mapping[str, Callable[[Value], Value]] | None = None) -> None:
         for name in pops:
             if name not in _POPS:
                 raise ValueError(f"pops must be a subset of {_POPS}, not {pops!r}")
@@ -108,8 +108,12 @@ class DepControl(wiring.Component):
         self._pushes = tuple(p for p in _PUSHES if p in pushes)
         self._depth = token_depth
         self._pre_bits = pre_bits
-        if start_when is not None and not pre_bits:
+        start_when = dict(start_when or {})
+        if start_when and not pre_bits:
             raise ValueError("start_when needs predecoded bits (pre_bits > 0)")
+        for name in start_when:
+            if not name.isidentifier():
+                raise ValueError(f"start_when names must be identifiers, not {name!r}")
         self._start_when = start_when
         members: dict[str, object] = {
             "cmd": In(stream.Signature(insn_layout)),
@@ -123,8 +127,8 @@ class DepControl(wiring.Component):
         if pre_bits:
             members["cmd_pre"] = In(pre_bits)
             members["insn_pre"] = Out(pre_bits)
-        if start_when is not None:
-            members["start_if"] = Out(1)
+        for name in start_when:
+            members[f"start_{name}"] = Out(1)
         for name in self._pops:
             members[name] = In(token_stream())
         for name in self._pushes:
@@ -207,13 +211,12 @@ class DepControl(wiring.Component):
             with m.If(take):
                 m.d.sync += pre_q.eq(self.cmd_pre)
             m.d.comb += self.insn_pre.eq(Mux(has_insn, pre_q, self.cmd_pre))
-            if self._start_when is not None:
+            for name, when in self._start_when.items():
                 # The same two products as ``start``, each with the condition on its own
                 # instruction's bits, rather than ``start`` and the condition on the picked
                 # bits (one gate and a multiplexer later).
-                m.d.comb += self.start_if.eq(
-                    (take & hdr_ok & self._start_when(self.cmd_pre))
-                    | (has_insn & held_ok & self._start_when(pre_q)))
+                m.d.comb += getattr(self, f"start_{name}").eq(
+                    (take & hdr_ok & when(self.cmd_pre)) | (has_insn & held_ok & when(pre_q)))
         for name in self._pops:
             m.d.sync += need[name].eq(fire[f"{name}:want"] & ~fire[name])
         with m.If(self.start):

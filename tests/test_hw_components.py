@@ -150,7 +150,11 @@ def test_component_parameter_errors(tiny: HwConfig) -> None:
     with pytest.raises(ValueError, match=exact(
             "start_when needs predecoded bits (pre_bits > 0)")):
         DepControl(p.insn_layout, pops=(), pushes=(), token_depth=4,
-                   start_when=lambda bits: bits[0])
+                   start_when={"a": lambda bits: bits[0]})
+    with pytest.raises(ValueError, match=exact(
+            "start_when names must be identifiers, not 'a b'")):
+        DepControl(p.insn_layout, pops=(), pushes=(), token_depth=4, pre_bits=2,
+                   start_when={"a b": lambda bits: bits[0]})
     with pytest.raises(ValueError, match=exact("read_lanes must be a power of two, not 3")):
         SramBuffer(p.buffers["uop"], read_lanes=3)
 
@@ -208,15 +212,18 @@ def test_sram_buffer_banked_writes_and_reads(tiny: HwConfig, transparent: bool) 
     assert collisions[0] > 20                  # the two port kinds were told apart
 
 
-def test_dep_control_start_if_is_start_of_the_instructions_it_names(tiny: HwConfig) -> None:
-    """``start_if`` (formed from the queue's head and the held instruction separately) is
-    ``start & start_when(insn_pre)`` in every cycle, under random queues, tokens and room."""
+def test_dep_control_start_when_is_start_of_the_instructions_it_names(tiny: HwConfig) -> None:
+    """Each ``start_<name>`` (formed from the queue's head and the held instruction
+    separately) is ``start & start_when[name](insn_pre)`` in every cycle, under random queues,
+    tokens and room."""
     p = RtlParams.of(tiny)
     dut = DepControl(p.insn_layout, pops=("pop_prev", "pop_next"),
                      pushes=("push_prev", "push_next"), token_depth=2, pre_bits=3,
-                     start_when=lambda bits: bits[0] & ~bits[1])
+                     start_when={"a": lambda bits: bits[0] & ~bits[1],
+                                 "b": lambda bits: bits[2]})
     rng = np.random.default_rng(3)
     seen = {True: 0, False: 0}
+    seen_b = {True: 0, False: 0}
 
     async def bench(ctx: object) -> None:
         for _ in range(600):
@@ -231,13 +238,17 @@ def test_dep_control_start_if_is_start_of_the_instructions_it_names(tiny: HwConf
             ctx.set(dut.last, int(rng.random() < 0.4))
             start, pre = ctx.get(dut.start), ctx.get(dut.insn_pre)
             want = bool(start and pre & 1 and not pre & 2)
-            assert ctx.get(dut.start_if) == want
+            want_b = bool(start and pre & 4)
+            assert ctx.get(dut.start_a) == want
+            assert ctx.get(dut.start_b) == want_b
             if start:
                 seen[want] += 1
+                seen_b[want_b] += 1
             await ctx.tick()
 
     run_bench(dut, bench)
     assert seen[True] > 10 and seen[False] > 10      # starts of both kinds were made
+    assert seen_b[True] > 10 and seen_b[False] > 10
 
 
 def test_sram_buffer_write_register_lands_writes_a_cycle_later(tiny: HwConfig) -> None:
