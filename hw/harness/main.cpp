@@ -7,7 +7,8 @@
 // Usage: accel_sim IMAGE LATENCY BYTES_PER_CYCLE INSN_ADDR INSN_COUNT MAX_CYCLES [VCD]
 // The image file is read, modified by the program's stores and written back. One JSON line
 // with the counters goes to stdout. Exit status 3: not finished within MAX_CYCLES; 4: a DRAM
-// access outside the image; 2: bad arguments or files.
+// access outside the image; 2: bad arguments (LATENCY and BYTES_PER_CYCLE are at least 1) or
+// files.
 //
 // accel_params.h (generated) defines REQ_ADDR_LSB/BITS, REQ_BYTES_LSB/BITS, REQ_WRITE_LSB.
 
