@@ -6,13 +6,15 @@ Micro-op pipeline (one stage per cycle, micro-op issued in stage 0)::
     s0  uop registered out of the buffer             (issue; the decode cycle issues the first)
     s1  dst/src/wgt = uop fields + loop bases       -> registered; GEMM: read inp[src], wgt[wgt]
     s2  GEMM: read data registered                  ALU: read acc[src]
-    s3  GEMM: operands registered                   ALU: read acc[dst]
-    s4  GEMM: multiply, products registered,        ALU: operands (forwarded) registered
+    s3  GEMM: operands registered                   ALU: read acc[dst], acc[src] registered
+    s4  GEMM: multiply, products registered,        ALU: acc[dst] registered
               read acc[dst]
-    s5  GEMM: adder tree and acc[dst] registered    ALU: operation, result registered
-    s6  GEMM: accumulate (acc forwarded from s7,    ALU: (MUL: partial sums added), result
-              s8), result registered                     registered
-    s7  GEMM: write acc[dst], out[dst]              ALU: write acc[dst], out[dst]
+    s5  GEMM: adder tree and acc[dst] registered    ALU: operands (forwarded) registered
+    s6  GEMM: accumulate (acc forwarded from s7,    ALU: operation, result registered
+              s8), result registered
+    s7  GEMM: write acc[dst], out[dst]              ALU: (MUL: partial sums added), result
+                                                         registered
+    s8                                              ALU: write acc[dst], out[dst]
 
 Where ``gemm.depth`` leaves room (:func:`hw.params.gemm_deep`: 5 at ``gemm.ii`` 1) the GEMM's
 products are registered once more in s5 and everything after them is a stage later: adder tree
@@ -22,7 +24,7 @@ The first micro-op of an instruction is read in the cycle before its decode, fro
 instruction then in front of the command queue (``DepControl.seen``); when that was another
 instruction, it is read in the decode cycle and issues a cycle later (``sim.costs``).
 
-MUL registers its partial products in s5 and adds them in s6 (:class:`AluLane`): one multiplier
+MUL registers its partial products in s6 and adds them in s7 (:class:`AluLane`): one multiplier
 block per lane instead of four, and the LUT cross terms' adder tree split between the two stages.
 
 The GEMM reads ``acc[dst]`` three cycles before writing it: the result of the micro-op three
@@ -32,10 +34,10 @@ read-after-write hazard exists at one micro-op per cycle. The ALU reads twice
 through the same port, hence ``alu.ii >= 2``; an operand read before a micro-op ahead wrote it
 is forwarded from that one's result. An instruction of ``n`` micro-ops takes
 ``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii``
-cycles after decode, its result is formed 6 cycles later and written at the end of the next
-(:func:`hw.params.writeback_stage`), and the module waits out the rest of the drain. At the
-shortest depths the ALU's last result is written in the cycle after the instruction's last, the
-GEMM's a cycle later still (:data:`hw.params.WRITE_AFTER_LAST`): nothing reads them earlier.
+cycles after decode, its result is formed 6 (ALU: 7) cycles later and written at the end of the
+next (:func:`hw.params.writeback_stage`), and the module waits out the rest of the drain. At
+the shortest depths the last result is written two cycles after the instruction's last
+(:data:`hw.params.WRITE_AFTER_LAST`): nothing reads it earlier.
 """
 
 from __future__ import annotations
@@ -767,9 +769,9 @@ class Compute(wiring.Component):
             wgt2.eq(uop.wgt + b1["wgt"]),
         ]
         dst3, dst4, dst5 = (Signal(acc_bits, name=f"dst{s}") for s in (3, 4, 5))
-        src3 = Signal(src_bits)
+        src3, src4 = Signal(src_bits), Signal(src_bits)
         m.d.sync += [v3.eq(v2), v4.eq(v3), v5.eq(v4), dst3.eq(dst2), dst4.eq(dst3),
-                     dst5.eq(dst4), src3.eq(src2)]
+                     dst5.eq(dst4), src3.eq(src2), src4.eq(src3)]
         # GEMM operands: read in s1 at the index being formed (the same sums as src2/wgt2),
         # registered out of the buffers in s2 and again in s3 (on ECP5 in the multiplier
         # blocks) by the GEMM core, so that neither the block RAMs' clock-to-out nor the
@@ -817,11 +819,11 @@ class Compute(wiring.Component):
         # element returns what no reader uses (``no_rw_check``). Each reader instead takes the
         # written result, ``wdata2`` in the cycle the read data arrive, where ``acc_bypass``
         # (a register) says so: the GEMM for the micro-op three ahead, the ALU's source for
-        # the one five ahead at ``alu.ii`` 5. The ALU's destination operand, read in s3, takes
-        # the RAM's data unchanged into its last multiplexer: the micro-op written at that
-        # read's edge (four ahead) is forwarded (from ``wdata2``) already. Only results are
-        # compared: LOAD ACC never writes in a cycle in which acc is read (no micro-op is
-        # in flight while it loads, the next instruction reads two cycles after its decode).
+        # the one six ahead at ``alu.ii`` 6 or 3. The ALU's destination operand, read in s3,
+        # is registered as the RAM returns it: the micro-op written at that read's edge (five
+        # ahead) is forwarded (from ``wdata3``) with the others. Only results are compared:
+        # LOAD ACC never writes in a cycle in which acc is read (no micro-op is in flight
+        # while it loads, the next instruction reads two cycles after its decode).
         acc_data = acc_buf.r.data[:width]
         acc_bypass = Signal(name="acc_bypass")
         acc_seen = Signal(width)            # what a transparent port would have returned
@@ -836,7 +838,7 @@ class Compute(wiring.Component):
         # all of it a stage later.
         valid = {5: v5, 6: v6, 7: v7}
         dsts = {5: dst5, 6: dst6, 7: dst7}
-        for st in range(8, arrive + 3):
+        for st in range(8, max(arrive + 3, 10)):
             valid[st], dsts[st] = Signal(name=f"v{st}"), Signal(acc_bits, name=f"dst{st}")
             m.d.sync += [valid[st].eq(valid[st - 1]), dsts[st].eq(dsts[st - 1])]
         gemm_acc6 = Signal(width)
@@ -848,58 +850,71 @@ class Compute(wiring.Component):
             gemm_hit8.eq(valid[arrive + 2] & (dsts[arrive + 2] == dsts[arrive])),
         ]
 
-        # ALU: source operand read in s2, destination in s3; in s4 both are taken from the
-        # micro-op in s6 (forming its result now), s7 or s8 (results in ``wdata``, ``wdata2``)
-        # when that one writes what they read and the read came too early to see it (one in
-        # s5 is impossible at ``alu.ii >= 2``); the operation runs in s5 (MUL: s5 and s6).
-        # The hits are compared a cycle ahead (in s3, against the micro-ops then in s5, s6 and
-        # s7: the pipeline from s3 on never stalls) and registered. The late inputs, the MUL
-        # result of the micro-op in s6 (its upper half through an adder from the multiplier
-        # block) and the acc RAM's read data, then pass one LUT on ECP5 (``late_mux``):
-        # everything else (which of them to take, the other operations' result, the written
-        # results, the immediate) is formed from registers into the LUT's other two inputs.
-        src_data4 = Signal(width)
-        a5, b5 = (Signal(width, name=n) for n in ("a5", "b5"))
-        prod6, other6 = (Signal(width, name=n) for n in ("prod6", "other6"))
-        mul6 = Signal(name="mul6")              # the micro-op in s6 is a MUL
-        m.d.sync += src_data4.eq(acc_seen)
+        # ALU: source operand read in s2, destination in s3, both registered as they arrive
+        # (the source once more), so that the routes from the block RAMs, whose clock-to-out
+        # is long (5.8 ns on ECP5), end at flip-flops beside them: with the destination read
+        # straight into the operand's multiplexer that path bounded the clock at 10.29 ns
+        # (a44db65, seed 3 on the 45F). In s5 both are taken from the micro-op in s7 (forming
+        # its result now), s8, s9 or s10 (results in ``wdata``, ``wdata2``, ``wdata3``) when
+        # that one writes what they read and the read came too early to see it (s6 is
+        # impossible at ``alu.ii >= 2``); the operation runs in s6 (MUL: s6 and s7). The hits
+        # are compared a cycle ahead (in s4, against the micro-ops then in s6 to s9: the
+        # pipeline from s3 on never stalls) and registered. The late inputs, the MUL result of
+        # the micro-op in s7 (its upper half through an adder from the multiplier block)
+        # and the operand read (from its register beside the RAM, across the chip) then pass
+        # one LUT on ECP5 (``late_mux``): everything else (which of them to take, the other
+        # operations' result, the written results, the immediate) is formed from registers
+        # into the LUT's other two inputs.
+        src_data4, src_data5, dst_data5 = (Signal(width, name=n)
+                                           for n in ("src_data4", "src_data5", "dst_data5"))
+        a6, b6 = (Signal(width, name=n) for n in ("a6", "b6"))
+        prod7, other7 = (Signal(width, name=n) for n in ("prod7", "other7"))
+        mul7 = Signal(name="mul7")              # the micro-op in s7 is a MUL
+        wdata3 = Signal(width)                  # the result of three cycles ago
+        m.d.sync += [src_data4.eq(acc_seen), src_data5.eq(src_data4), dst_data5.eq(acc_data),
+                     wdata3.eq(wdata2)]
+        written = {7: other7, 8: wdata, 9: wdata2, 10: wdata3}
 
-        def forwarded(index: Signal, read: object, name: str,
+        def forwarded(index: Signal, read: Value, name: str,
                       imm: Value | None = None) -> Value:
-            hit6, hit7, use = (Signal(name=f"{name}_{s}") for s in ("hit6", "hit7", "use_fwd"))
-            in5, in6, in7 = (v & (d == index) for v, d in ((v5, dst5), (v6, dst6), (v7, dst7)))
-            m.d.sync += [hit6.eq(in5), hit7.eq(in6), use.eq(in5 | in6 | in7)]
+            hits = {st: Signal(name=f"{name}_hit{st}") for st in written}
+            use = Signal(name=f"{name}_use_fwd")
+            ahead = {st: valid[st - 1] & (dsts[st - 1] == index) for st in written}
+            m.d.sync += [hits[st].eq(ahead[st]) for st in written]
+            m.d.sync += use.eq(Cat(*ahead.values()).any())
             no_imm = Const(1) if imm is None else ~use_imm_q
-            fwd = Mux(hit6, other6, Mux(hit7, wdata, wdata2))
+            fwd = written[10]
+            for st in (9, 8, 7):
+                fwd = Mux(hits[st], written[st], fwd)
             rest = fwd if imm is None else Mux(use_imm_q, imm, fwd)
-            return late_mux(m, name, hit6 & mul6 & no_imm, prod6, ~use & no_imm, read, rest,
+            return late_mux(m, name, hits[7] & mul7 & no_imm, prod7, ~use & no_imm, read, rest,
                             family)
 
         m.d.sync += [
-            a5.eq(forwarded(dst3, acc_data, "dst")),
-            b5.eq(forwarded(src3[:acc_bits], src_data4, "src", imm=Cat(*([imm_q] * lanes)))),
+            a6.eq(forwarded(dst4, dst_data5, "dst")),
+            b6.eq(forwarded(src4[:acc_bits], src_data5, "src", imm=Cat(*([imm_q] * lanes)))),
         ]
         for lane in range(lanes):
             alu = AluLane()
             m.submodules[f"alu_lane_{lane}"] = alu
             m.d.comb += [
                 alu.op.eq(op_q),
-                alu.a.eq(a5.word_select(lane, 32)),
-                alu.b.eq(b5.word_select(lane, 32)),
-                prod6.word_select(lane, 32).eq(alu.product),
-                other6.word_select(lane, 32).eq(alu.other),
+                alu.a.eq(a6.word_select(lane, 32)),
+                alu.b.eq(b6.word_select(lane, 32)),
+                prod7.word_select(lane, 32).eq(alu.product),
+                other7.word_select(lane, 32).eq(alu.other),
             ]
             if lane == 0:
-                m.d.comb += mul6.eq(alu.mul)
+                m.d.comb += mul7.eq(alu.mul)
 
-        # Results, GEMM's and the ALU's, in s6 (a deep GEMM's in s7); registered with their
+        # Results, GEMM's in s6 (a deep GEMM's in s7), the ALU's in s7; registered with their
         # destination, then written. ``alu_q`` changes at the next instruction's decode at the
         # earliest, after the last result of this one is formed.
         wb_valid = Signal()
         wb_dst = Signal(acc_bits)
         formed = arrive + 1                         # the stage a GEMM result is formed in
-        m.d.comb += [wb_valid.eq(Mux(alu_q, v6, valid[formed])),
-                     wb_dst.eq(Mux(alu_q, dst6, dsts[formed]))]
+        m.d.comb += [wb_valid.eq(Mux(alu_q, v7, valid[formed])),
+                     wb_dst.eq(Mux(alu_q, dst7, dsts[formed]))]
         gemm_acc = Signal(width)
         gemm_sum = Signal(width)
         m.d.comb += gemm_acc.eq(Mux(gemm_hit7, wdata, Mux(gemm_hit8, wdata2, gemm_acc6)))
@@ -925,8 +940,8 @@ class Compute(wiring.Component):
         # other ALU operations' result, a GEMM reset's zeros) is formed from registers.
         rest = Signal(width)
         m.d.comb += rest.eq(Mux(eng.writing_acc, eng.wr_acc.data[:width],
-                                Mux(alu_q, other6, 0)))
-        m.d.sync += wdata.eq(late_mux(m, "wb", ~eng.writing_acc & alu_q & mul6, prod6,
+                                Mux(alu_q, other7, 0)))
+        m.d.sync += wdata.eq(late_mux(m, "wb", ~eng.writing_acc & alu_q & mul7, prod7,
                                       ~eng.writing_acc & ~alu_q & ~reset_q, gemm_sum, rest,
                                       family))
         with m.If(eng.writing_acc):

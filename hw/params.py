@@ -29,16 +29,16 @@ __all__ = [
     "writeback_stage",
 ]
 
-WRITEBACK_STAGE = {"gemm": 7, "alu": 7}
+WRITEBACK_STAGE = {"gemm": 7, "alu": 8}
 """Pipeline stage (cycles after the micro-op issues) at whose end GEMM / ALU results are written
 into the acc and out buffers, in the shortest pipelines; the GEMM's is a stage later where its
 depth leaves room for a product register (:func:`gemm_deep`, :func:`writeback_stage`)."""
 
-WRITE_AFTER_LAST = {"gemm": 2, "alu": 1}
+WRITE_AFTER_LAST = {"gemm": 2, "alu": 2}
 """Cycles after an instruction's last cycle in which its last result may still be written:
 nothing reads acc or out earlier (the next compute instruction reads acc two cycles after its
 decode at the earliest, STORE's first out read is latched two cycles after the compute
-instruction's push, through a transparent port). The ALU needs only one."""
+instruction's push, through a transparent port)."""
 
 
 def gemm_deep(cfg: HwConfig) -> bool:
@@ -193,7 +193,8 @@ def check_rtl_config(cfg: HwConfig) -> None:
         buffer read, multiply, adder tree, accumulate: results are written
         :data:`WRITEBACK_STAGE` cycles after the micro-op issues, the last at most
         :data:`WRITE_AFTER_LAST` cycles after the instruction's last, so
-        ``depth >= 7 - ii - late``: 4 for GEMM at ii 1 and for the ALU at ii 2);
+        ``depth >= stage - ii - late``: 7 - 1 - 2 = 4 for GEMM at ii 1, 8 - 2 - 2 = 4 for the
+        ALU at ii 2);
         ``alu.ii`` below 2 (the ALU reads the acc buffer twice per micro-op through one port);
         ``dram.latency`` of 0 (the DRAM port is registered: data comes at least one cycle after
         the request).

@@ -116,8 +116,8 @@ def test_rtl_config_checks(tiny: HwConfig) -> None:
             "not 3")):
         check_rtl_config(tiny.replace(**{"gemm.depth": 3}))
     with pytest.raises(ValueError, match=re.escape(
-            "alu.depth must be at least 4 cycles for ii=2 (results are written 7 cycles "
-            "after the micro-op issues, at most 1 after the instruction's last cycle), "
+            "alu.depth must be at least 4 cycles for ii=2 (results are written 8 cycles "
+            "after the micro-op issues, at most 2 after the instruction's last cycle), "
             "not 3")):
         check_rtl_config(tiny.replace(**{"alu.depth": 3}))
     with pytest.raises(ValueError, match=re.escape(
@@ -736,7 +736,7 @@ def test_gemm_deep_follows_the_depth(tiny: HwConfig) -> None:
     for ii, depth in ((1, 4), (1, 5), (2, 4)):
         cfg = tiny.replace(**{"gemm.ii": ii, "gemm.depth": depth})
         assert writeback_stage(cfg, "gemm") == 7 + deep(ii, depth)
-        assert writeback_stage(cfg, "alu") == 7
+        assert writeback_stage(cfg, "alu") == 8
 
 
 @pytest.mark.parametrize("depth", [4, 5])

@@ -296,6 +296,25 @@ def test_store_sends_the_last_gemm_result(tiny: HwConfig, gemm: tuple[int, int])
     cosim(*b.build())
 
 
+@pytest.mark.parametrize("alu", [(2, 4), (3, 3)])
+def test_store_sends_the_last_alu_result(tiny: HwConfig, alu: tuple[int, int]) -> None:
+    """Likewise for the ALU: at the shortest depth its last result (a MUL, the latest to form)
+    is written two cycles after its last one, and a STORE waiting for the token, on a DRAM of
+    latency 1, reads that element first."""
+    cfg = tiny.replace(**{"alu.ii": alu[0], "alu.depth": alu[1], "dram.latency": 1})
+    rng = np.random.default_rng(alu[0])
+    b = ProgramBuilder(cfg)
+    aa = b.tensor("acc", rng.integers(-1000, 1000, (4, 1, 4), dtype=np.int32))
+    oa = b.buffer("out", 4 * 4, 4)
+    b.uops([(3 - i, i, 0) for i in range(4)])
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=4, x_stride=4)
+    b.load(MemType.ACC, sram_base=0, dram_base=aa, x_size=4, x_stride=4)
+    b.alu(AluOp.MUL, uop_bgn=0, uop_end=4, push_next=True)
+    b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    cosim(*b.build())
+
+
 def compute_slices(program: Program, dram: Dram) -> list[tuple[str, int, int]]:
     """The timing simulator's compute instructions: (name, start, cycles)."""
     stats = run_program(program, dram.copy(), backend="sim").stats
