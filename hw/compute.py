@@ -818,12 +818,13 @@ class Compute(wiring.Component):
         # emulation of a transparent port), and a read at the edge of a write to the same
         # element returns what no reader uses (``no_rw_check``). Each reader instead takes the
         # written result, ``wdata2`` in the cycle the read data arrive, where ``acc_bypass``
-        # (a register) says so: the GEMM for the micro-op three ahead, the ALU's source for
-        # the one six ahead at ``alu.ii`` 6 or 3. The ALU's destination operand, read in s3,
-        # is registered as the RAM returns it: the micro-op written at that read's edge (five
-        # ahead) is forwarded (from ``wdata3``) with the others. Only results are compared:
-        # LOAD ACC never writes in a cycle in which acc is read (no micro-op is in flight
-        # while it loads, the next instruction reads two cycles after its decode).
+        # (a register) says so: the GEMM for the micro-op three ahead, the ALU's source for a
+        # micro-op six cycles ahead (``alu.ii`` 2, 3 or 6). The ALU's destination operand,
+        # read in s3, is registered as the RAM returns it: a micro-op written at that read's
+        # edge (five cycles ahead, ``alu.ii`` 5) is forwarded (from ``wdata3``) with the
+        # others. Only results are compared: LOAD ACC never writes in a cycle in which acc is
+        # read (no micro-op is in flight while it loads, the next instruction reads two cycles
+        # after its decode).
         acc_data = acc_buf.r.data[:width]
         acc_bypass = Signal(name="acc_bypass")
         acc_seen = Signal(width)            # what a transparent port would have returned
