@@ -884,8 +884,9 @@ class Compute(wiring.Component):
             m.d.sync += [hits[st].eq(ahead[st]) for st in written]
             m.d.sync += use.eq(Cat(*ahead.values()).any())
             no_imm = Const(1) if imm is None else ~use_imm_q
-            fwd = written[10]
-            for st in (9, 8, 7):
+            oldest, *younger = sorted(written, reverse=True)
+            fwd = written[oldest]
+            for st in younger:                  # the youngest writer wins
                 fwd = Mux(hits[st], written[st], fwd)
             rest = fwd if imm is None else Mux(use_imm_q, imm, fwd)
             return late_mux(m, name, hits[7] & mul7 & no_imm, prod7, ~use & no_imm, read, rest,
