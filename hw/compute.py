@@ -57,8 +57,7 @@ from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer, late_mux
 
 __all__ = ["ALU_PICK", "COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "GemmCore",
-           "alu_op", "alu_pick", "compute_predecode", "mul_low32_parts",
-           "mul_low_cross_parts"]
+           "alu_op", "alu_pick", "compute_predecode", "mul_low_cross_parts"]
 
 CROSS_PARTS = 4
 """Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 16
@@ -143,7 +142,7 @@ def alu_op(m: Module, op: object, a: object, b: object) -> dict[str, Value]:
     straight from ``b``'s low bits, the left one by ``-b`` mod 32, which is ``~b[:5] + 1``
     where it is used (``b[:5] != 0``): ``a << 1`` shifted by ``~b[:5]``, with no negation
     in front of the shifter. ADD keeps the low 32 bits. MUL is not computed here
-    (:class:`AluLane` builds it from :func:`mul_low32_parts`).
+    (:class:`AluLane` builds it).
     """
     a = a.as_signed()
     b = b.as_signed()
@@ -194,25 +193,13 @@ def alu_pick(pick: Value, a: Value, value: Value, shr: Value, shl: Value) -> Val
                            Mux(pick == ALU_PICK["sign"], sign, 0)))))
 
 
-def mul_low32_parts(m: Module, a: object, b: object) -> tuple[Signal, list[Signal]]:
-    """The low 32 bits of ``a * b`` (32-bit operands) as ``lo + (sum(cross) << 16)``.
-
-    ``lo = a[:16] * b[:16]`` (unsigned 16 x 16 -> 32 bits: one 18x18 multiplier block) and
-    ``sum(cross) = a[16:] * b[:16] + a[:16] * b[16:] mod 2**16`` (:func:`mul_low_lut_parts`,
-    in LUTs from a radix-4 Booth recoding of ``b``'s halves, the last levels of its adder tree
-    left to the caller: ``CROSS_PARTS`` partial sums); ``a[16:] * b[16:]`` only reaches bits
-    32 and up. Signedness does not matter mod 2**32.
-    """
-    a = a.as_unsigned()
-    b = b.as_unsigned()
-    lo = Signal(32, name="mul_lo")
-    m.d.comb += lo.eq(a[:16] * b[:16])
-    return lo, mul_low_cross_parts(m, a, b)
-
-
 def mul_low_cross_parts(m: Module, a: object, b: object) -> list[Signal]:
-    """The ``cross`` of :func:`mul_low32_parts` alone: ``CROSS_PARTS`` partial sums of
-    ``a[16:] * b[:16] + a[:16] * b[16:] mod 2**16``."""
+    """The cross terms of MUL's low 32 bits on ECP5, in LUTs: ``CROSS_PARTS`` partial sums of
+    ``a[16:] * b[:16] + a[:16] * b[16:] mod 2**16`` (:func:`hw.lutmul.mul_low_lut_parts`, from
+    a radix-4 Booth recoding of ``b``'s halves, the last levels of its adder tree left to the
+    caller). With ``lo = a[:16] * b[:16]`` (one 18x18 multiplier block) the low 32 bits of
+    ``a * b`` are ``lo + (cross << 16)``: ``a[16:] * b[16:]`` only reaches bits 32 and up, and
+    signedness does not matter mod 2**32."""
     a = a.as_unsigned()
     b = b.as_unsigned()
     return mul_low_lut_parts(m, [(a[16:32], b[:16]), (a[:16], b[16:32])], 16, "mul_cross",
@@ -226,12 +213,13 @@ class AluLane(wiring.Component):
     both shifts, which to take, and ``a``) and pick after the register (:func:`alu_pick`),
     so the stage holds a carry chain or a shifter, not the multiplexers behind them (the
     result is formed a stage after the operands either way); MUL registers its partial products
-    (:func:`mul_low32_parts`) and adds them after the register, so one lane costs one multiplier
-    block (the 45F's 72 blocks then hold the default 1x8x8 GEMM array and its 8 ALU lanes).
-    Built for ECP5 (:func:`hw.primitives.family_of`) the low product's register is the
-    ``MULT18X18D``'s own output register (:func:`hw.primitives.mult18x18d`): with a fabric
-    register the route out of the block (2.8-3.2 ns on the 45F) and the one into it from the
-    operand registers (3.4-4.1 ns) were both in the stage, 11.1-11.3 ns in all.
+    and adds them after the register. Built for ECP5 (:func:`hw.primitives.family_of`) one lane
+    costs one multiplier block (the 45F's 72 blocks then hold the default 1x8x8 GEMM array and
+    its 8 ALU lanes): the cross terms are in LUTs (:func:`mul_low_cross_parts`), and the low
+    product's register is the ``MULT18X18D``'s own output register
+    (:func:`hw.primitives.mult18x18d`): with a fabric register the route out of the block
+    (2.8-3.2 ns on the 45F) and the one into it from the operand registers (3.4-4.1 ns) were
+    both in the stage, 11.1-11.3 ns in all.
 
     Ports
     -----
@@ -268,30 +256,27 @@ class AluLane(wiring.Component):
     def elaborate(self, platform: object) -> Module:
         m = Module()
         parts = alu_op(m, self.op, self.a, self.b)
-        ecp5 = family_of(platform) == "ecp5"
-        if ecp5:
-            lo_q = mult18x18d(m, self.a[:16], self.b[:16], "mul_lo", width=32,
-                              input_registers=False, signed_operands=False)
-            cross = mul_low_cross_parts(m, self.a, self.b)
-        else:
-            lo, cross = mul_low32_parts(m, self.a, self.b)
-            lo_q = Signal(32)
-            m.d.sync += lo_q.eq(lo)
         parts_q = {k: Signal.like(v, name=f"{k}_q") for k, v in parts.items()}
         a_q = Signal(signed(32))
-        cross_q = [Signal(16, name=f"cross_q{k}") for k in range(len(cross))]
         mul_q = Signal()
         m.d.sync += [parts_q[k].eq(v) for k, v in parts.items()]
         m.d.sync += [
             a_q.eq(self.a),
             mul_q.eq(self.op == int(AluOp.MUL)),
         ]
-        m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
-        # One carry chain: the cross terms' partial sums and the low product's upper half are
-        # compressed to two addends in LUTs first. Two chains in a row (the cross sum, then
-        # the upper half) bounded the clock at 10.1 ns on the 45F, and three levels of 3:2
-        # compressors at 10.06 ns.
-        if ecp5:
+        # MUL's low 32 bits are ``lo + (cross << 16)`` (:func:`mul_low_cross_parts`), both
+        # registered and added after the register.
+        a, b = self.a.as_unsigned(), self.b.as_unsigned()
+        if family_of(platform) == "ecp5":
+            lo_q = mult18x18d(m, a[:16], b[:16], "mul_lo", width=32,
+                              input_registers=False, signed_operands=False)
+            cross = mul_low_cross_parts(m, a, b)
+            cross_q = [Signal(16, name=f"cross_q{k}") for k in range(len(cross))]
+            m.d.sync += [q.eq(c) for q, c in zip(cross_q, cross, strict=True)]
+            # One carry chain: the cross terms' partial sums and the low product's upper half
+            # are compressed to two addends in LUTs first. Two chains in a row (the cross sum,
+            # then the upper half) bounded the clock at 10.1 ns on the 45F, and three levels of
+            # 3:2 compressors at 10.06 ns.
             # The upper half comes out of the multiplier block with 3.7-4.1 ns of route on
             # the 45F, so it passes one LUT (an instantiated 3:2 compressor, which Yosys's
             # mapper cannot fold deeper) in front of the chain; the cross terms, from fabric
@@ -304,9 +289,17 @@ class AluLane(wiring.Component):
             total, carry = compress_lut4(m, x, y, lo_q[16:32], "mul_hi")
             high = (total + carry)[:16]
         else:
-            # Two LUT levels: column counters, then a 3:2 compressor.
-            x, y = carry_save([*cross_q, lo_q[16:]], 16)
-            high = (x + y)[:16]
+            # Elsewhere as products and a sum, for the synthesis tool to map to its family's
+            # multipliers; Verilator then evaluates three multiplications where the LUT form
+            # above is some hundred word operations a cycle (tiny's model took 1.6 times as
+            # long with it, see docs/architecture.md).
+            lo_q = Signal(32, name="mul_lo_q")
+            cross_q = Signal(16, name="cross_q")
+            m.d.sync += [
+                lo_q.eq(a[:16] * b[:16]),
+                cross_q.eq(a[16:] * b[:16] + a[:16] * b[16:]),
+            ]
+            high = (lo_q[16:] + cross_q)[:16]
         m.d.comb += [
             self.product.eq(Cat(lo_q[:16], high)),
             self.mul.eq(mul_q),
