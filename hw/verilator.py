@@ -121,6 +121,9 @@ def build_model(cfg: HwConfig, trace: bool = False, family: str | None = None) -
             "--top-module", SIM_TOP, "-Wno-fatal", "-Wno-lint", "-Wno-style",
             "--x-assign", "fast", "--x-initial", "fast", "-O3",
             "-CFLAGS", f"-O2 -I{tmp}", "-o", SIM_TOP, "--Mdir", str(tmp / "obj"),
+            # The model's per-cycle code (verilated.mk's OPT_FAST files) at -O2, not -Os:
+            # tiny's model then ran pipelined_gemm in 0.84x the time (docs/architecture.md).
+            "-MAKEFLAGS", "OPT_FAST=-O2",
             "design.v", "wrapper.v", "main.cpp",
         ]
         if trace:
