@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -288,6 +289,13 @@ class InsnFormat:
     def widths_text(self) -> str:
         return " ".join(f"{f.name}:{f.width}" for f in self.fields)
 
+    @functools.cached_property
+    def packing(self) -> tuple[Any, tuple[tuple[FieldSpec, int, int, int], ...]]:
+        """What :func:`encode_insn` uses for every instruction, computed once per format: a
+        getter of all the fields' values at once, and per field ``(field, lo, hi, mask)``."""
+        getter = operator.attrgetter(*(f.name for f in self.fields))
+        return getter, tuple((f, f.lo, f.hi, (1 << f.width) - 1) for f in self.fields)
+
     def field(self, name: str) -> FieldSpec:
         for f in self.fields:
             if f.name == name:
@@ -403,15 +411,16 @@ def encode_insn(insn: Insn, cfg: HwConfig) -> int:
         value.
     """
     fmt = IsaLayout.of(cfg).formats[insn.opcode]
+    getter, specs = fmt.packing
     word = 0
-    for f in fmt.fields:
-        value = _field_value(insn, f.name)
-        if not f.lo <= value <= f.hi:
+    for (f, lo, hi, mask), raw in zip(specs, getter(insn), strict=True):
+        value = int(raw)
+        if not lo <= value <= hi:
             raise EncodeError(
                 f"{fmt.name}.{f.name} = {value} does not fit its {f.width}-bit "
-                f"{'signed ' if f.signed else ''}field ({f.lo}..{f.hi})"
+                f"{'signed ' if f.signed else ''}field ({lo}..{hi})"
             )
-        word |= (value & ((1 << f.width) - 1)) << f.lsb
+        word |= (value & mask) << f.lsb
     return word
 
 
