@@ -60,11 +60,11 @@ __all__ = ["ALU_PICK", "COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "Gemm
            "alu_op", "alu_pick", "compute_predecode", "mul_low_cross_parts"]
 
 CROSS_PARTS = 4
-"""Partial sums of MUL's LUT cross terms registered in stage 5 and added in stage 6: the 16
-radix-4 Booth addends' first two adder levels are before the register; after it the four
-partial sums and the low product's upper half are compressed to two in LUTs
-(:func:`carry_save`; on ECP5 the upper half joins in the last level, see :class:`AluLane`) and
-added by one adder."""
+"""Partial sums of MUL's LUT cross terms (ECP5's netlist) registered in stage 5 and added in
+stage 6: the 16 radix-4 Booth addends' first two adder levels are before the register; after
+it the four partial sums and the low product's upper half are compressed to two in LUTs
+(:func:`carry_save`, the upper half joining in the last level, see :class:`AluLane`) and added
+by one adder."""
 
 
 COMPUTE_PRE = data.StructLayout({
