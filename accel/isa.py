@@ -395,12 +395,6 @@ _CLASS_OF = {
 }
 
 
-def _field_value(insn: Insn, name: str) -> int:
-    if name == "opcode":
-        return int(insn.opcode)
-    return int(getattr(insn, name))
-
-
 def encode_insn(insn: Insn, cfg: HwConfig) -> int:
     """Encode one instruction as a 128-bit integer.
 
@@ -471,8 +465,9 @@ def decode_insn(word: int, cfg: HwConfig) -> Insn:
 def insn_fields(insn: Insn, cfg: HwConfig) -> Iterator[tuple[FieldSpec, int]]:
     """The (field, value) pairs of ``insn`` after the opcode, in layout order."""
     fmt = IsaLayout.of(cfg).formats[insn.opcode]
-    for f in fmt.fields[1:]:
-        yield f, _field_value(insn, f.name)
+    getter, _ = fmt.packing
+    for f, raw in zip(fmt.fields[1:], getter(insn)[1:], strict=True):
+        yield f, int(raw)
 
 
 def encode_uops(uops: np.ndarray, cfg: HwConfig) -> np.ndarray:
