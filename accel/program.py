@@ -52,6 +52,7 @@ from accel.isa import (
     decode_insn,
     decode_uops,
     encode_insn,
+    encode_insns,
     encode_uops,
     insn_fields,
     module_of,
@@ -204,13 +205,7 @@ class Program:
         EncodeError
             Naming the instruction index and the field that overflows.
         """
-        out = bytearray()
-        for i, insn in enumerate(self.insns):
-            try:
-                out += encode_insn(insn, self.config).to_bytes(INSN_BYTES, "little")
-            except EncodeError as exc:
-                raise EncodeError(f"instruction {i}: {exc}") from None
-        return bytes(out)
+        return encode_insns(self.insns, self.config)
 
     def to_bytes(self) -> bytes:
         """The binary program file contents."""

@@ -33,6 +33,7 @@ from accel.isa import (
     decode_insn,
     decode_uops,
     encode_insn,
+    encode_insns,
     encode_uops,
     module_of,
 )
@@ -88,6 +89,40 @@ def test_encode_decode_round_trip(name: str) -> None:
         assert decode_insn(word, cfg) == insn
 
     check()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_encode_insns_is_encode_insn_of_each(name: str) -> None:
+    """The numpy packing of a whole list gives each instruction's own words, every format
+    mixed, fields across bit 64 and negative immediates included."""
+    cfg = CONFIGS[name]
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(instructions(cfg), max_size=40))
+    def check(insns: list[Insn]) -> None:
+        expected = b"".join(encode_insn(i, cfg).to_bytes(INSN_BYTES, "little") for i in insns)
+        assert encode_insns(insns, cfg) == expected
+
+    check()
+
+
+def test_encode_insns_names_the_first_instruction_that_does_not_fit() -> None:
+    cfg = load_config()
+    ok = [FinishInsn(), GemmInsn(uop_bgn=1, uop_end=2), AluInsn(alu_op=AluOp.ADD, imm=-5)]
+    bad_alu = AluInsn(alu_op=AluOp.ADD, use_imm=True, imm=40000)
+    bad_gemm = GemmInsn(uop_bgn=1024, uop_end=1025)
+    with pytest.raises(EncodeError, match="^" + re.escape(
+            "instruction 4: GEMM.uop_bgn = 1024 does not fit its 10-bit field (0..1023)") + "$"):
+        encode_insns([*ok, ok[1], bad_gemm, bad_alu], cfg)
+    with pytest.raises(EncodeError, match="^" + re.escape(
+            "instruction 3: ALU.imm = 40000 does not fit its 16-bit signed field "
+            "(-32768..32767)") + "$"):
+        encode_insns([*ok, bad_alu, bad_gemm], cfg)
+    # A value numpy cannot hold as int64 gets encode_insn's message too.
+    with pytest.raises(EncodeError, match=re.escape("instruction 1: GEMM.uop_end = 36893488147419"
+                                                    "103232 does not fit")):
+        encode_insns([ok[0], GemmInsn(uop_bgn=1, uop_end=1 << 65)], cfg)
+    assert encode_insns([], cfg) == b""
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
