@@ -338,7 +338,8 @@ def test_synth_cache_keeps_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.mark.parametrize(("device", "package", "pin"),
-                         [("45k", "CABGA381", "G2"), ("25k", "CABGA256", "P6")])
+                         [("45k", "CABGA381", "G2"), ("85k", "CABGA381", "G2"),
+                          ("25k", "CABGA256", "P6")])
 def test_place_and_route_puts_the_clock_on_its_pin(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch,
                                                    device: str, package: str, pin: str) -> None:
