@@ -421,8 +421,8 @@ def encode_insn(insn: Insn, cfg: HwConfig) -> int:
 
 def encode_insns(insns: Sequence[Insn], cfg: HwConfig) -> bytes:
     """All of ``insns`` as consecutive 16-byte little-endian words, each what
-    :func:`encode_insn` gives, packed a format at a time with numpy (a program of 80,000
-    instructions takes a fraction of a second instead of seconds).
+    :func:`encode_insn` gives, packed a format at a time with numpy (the 80,002 instructions
+    of ``pipelined_gemm(tiny, 10000)`` in about 0.2 s, against 0.6-0.7 s one at a time).
 
     Raises
     ------
