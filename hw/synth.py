@@ -78,8 +78,8 @@ ECP5_DEVICES = {"25k": "CABGA256", "45k": "CABGA381", "85k": "CABGA381"}
 CLOCK_PINS = {"CABGA381": "G2", "CABGA256": "P6"}
 """The ball ``--pnr`` puts the clock on, per package: where boards put their oscillator (G2,
 PCLKT6_1, is the ULX3S's 25 MHz clock on CABGA381; P6 the Colorlight 5A-75B's on CABGA256).
-Left unconstrained, nextpnr put the clock on a general-purpose pin, and on default (45F) one
-seed in five did not finish routing; measured in docs/architecture.md, "RTL clock speed"."""
+Left unconstrained, nextpnr puts the clock on a general-purpose pin, which no board would.
+Seeds compared both ways in docs/architecture.md, "RTL clock speed"."""
 
 LATE_GROUPS_KEPT = 100
 """Groups of late endpoints a ``--pnr`` report keeps (``accel synth --late N`` shows N)."""
