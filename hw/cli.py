@@ -130,8 +130,10 @@ def cmd_synth(args: argparse.Namespace) -> int:
     print(f"LUTRAM   {report.lutrams}")
     if report.fmax_mhz is not None:
         placer = "timing-weighted placer" if report.timing_placer else "default placer"
+        # A report cached before the flow put the clock on a pin has no clock_pin.
+        pin = report.clock_pin or "a pin of nextpnr's choosing"
         print(f"Fmax     {report.fmax_mhz:.1f} MHz (ECP5 LFE5U-{report.device.upper()}, "
-              f"post-route, seed {report.seed}, {placer}, clock on {report.clock_pin})")
+              f"post-route, seed {report.seed}, {placer}, clock on {pin})")
         _print_timing(report, cfg.clock_mhz, args.late)
     return 0
 

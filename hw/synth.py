@@ -312,6 +312,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         raise ValueError(f"device must be one of {', '.join(ECP5_DEVICES)}, not {device!r}")
     family = family_for(target)
     digest = design_hash(cfg, family)
+    clock_pin = CLOCK_PINS[ECP5_DEVICES[device]]
     cache = _cache_file(cfg, target)
     if use_cache and cache.exists():
         try:
@@ -323,7 +324,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
                             and data.get("wrapper") == WRAPPER_VERSION
                             and data.get("seed") == seed
                             and data.get("timing_placer") == timing_placer
-                            and data.get("clock_pin") == CLOCK_PINS[ECP5_DEVICES[device]])):
+                            and data.get("clock_pin") == clock_pin)):
             return SynthReport(**data)
     with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
@@ -348,7 +349,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
             report.wrapper = WRAPPER_VERSION
             report.seed = seed
             report.timing_placer = timing_placer
-            report.clock_pin = CLOCK_PINS[ECP5_DEVICES[device]]
+            report.clock_pin = clock_pin
             report.critical_path = _critical_path(routed)
             report.late, report.late_groups = late_endpoints(routed, 1000.0 / cfg.clock_mhz,
                                                              limit=LATE_GROUPS_KEPT)
