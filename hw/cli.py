@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,9 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--default-placer", action="store_true",
                    help="place with nextpnr's default placer weights (default: weighted "
                         "toward timing, see hw.synth.TIMING_PLACER)")
+    p.add_argument("--pnr-timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop nextpnr after this many seconds (default two hours; 0: no "
+                        "limit): its router never gives up on a placement it cannot route")
     p.add_argument("--late", type=int, default=10, metavar="N",
                    help="with --pnr, list the N registers with the latest inputs (default 10, "
                         "at most 100)")
@@ -98,10 +102,14 @@ def cmd_verilog(args: argparse.Namespace) -> int:
 def cmd_synth(args: argparse.Namespace) -> int:
     """``accel synth``: resources (and Fmax) of the config's accelerator."""
     from accel.config import ConfigError
-    from hw.synth import SynthError, synthesize
+    from hw.synth import PNR_TIMEOUT_S, SynthError, synthesize
 
     if args.pnr and args.target != "ecp5":
         return _fail(f"--pnr is supported for ecp5 only, not {args.target}")
+    timeout = PNR_TIMEOUT_S if args.pnr_timeout is None else args.pnr_timeout
+    if not (math.isfinite(timeout) and timeout >= 0):
+        return _fail(f"--pnr-timeout must be a number of seconds, 0 for no limit, not "
+                     f"{args.pnr_timeout}")
     try:
         cfg = _load(args.config)
     except ConfigError as exc:
@@ -113,22 +121,16 @@ def cmd_synth(args: argparse.Namespace) -> int:
         report = synthesize(cfg, args.target, pnr=args.pnr, use_cache=not args.no_cache,
                             workdir=Path(args.workdir) if args.workdir else None,
                             device=args.device, seed=args.seed,
-                            timing_placer=not args.default_placer)
+                            timing_placer=not args.default_placer,
+                            pnr_timeout=timeout or None)
     except SynthError as exc:
+        if exc.report is not None:  # the resources were measured before place and route failed
+            _print_resources(exc.report, args.json)
         return _fail(str(exc))
     except ValueError as exc:
         return _fail(f"{cfg.source}: {exc}")
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-        return 0
-    print(f"config   {report.config}")
-    print(f"target   {report.target}")
-    print(f"LUTs     {report.luts}")
-    print(f"FFs      {report.ffs}")
-    print(f"DSPs     {report.dsps}")
-    print(f"BRAMs    {report.brams}")
-    print(f"LUTRAM   {report.lutrams}")
-    if report.fmax_mhz is not None:
+    _print_resources(report, args.json)
+    if not args.json and report.fmax_mhz is not None:
         placer = "timing-weighted placer" if report.timing_placer else "default placer"
         # A report cached before the flow put the clock on a pin has no clock_pin.
         pin = report.clock_pin or "a pin of nextpnr's choosing"
@@ -136,6 +138,19 @@ def cmd_synth(args: argparse.Namespace) -> int:
               f"post-route, seed {report.seed}, {placer}, clock on {pin})")
         _print_timing(report, cfg.clock_mhz, args.late)
     return 0
+
+
+def _print_resources(report: Any, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.to_dict(), indent=2))
+        return
+    print(f"config   {report.config}")
+    print(f"target   {report.target}")
+    print(f"LUTs     {report.luts}")
+    print(f"FFs      {report.ffs}")
+    print(f"DSPs     {report.dsps}")
+    print(f"BRAMs    {report.brams}")
+    print(f"LUTRAM   {report.lutrams}")
 
 
 def _print_timing(report: Any, clock_mhz: float, limit: int) -> None:

