@@ -16,7 +16,6 @@ Then the line count of the generated Verilog of every shipped config.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import time
@@ -26,6 +25,7 @@ import numpy as np
 from accel import load_config, run_program, shipped_configs
 from accel.synthetic import pipelined_gemm
 from hw.backend import run_rtl
+from hw.verilator import available as verilator_available
 
 
 def measure(cfg_name: str, engine: str, iterations: int, repeats: int) -> bool:
@@ -63,12 +63,12 @@ def main() -> int:
     args = parser.parse_args()
     ok = True
     engines = [("amaranth", args.amaranth_iterations)]
-    if shutil.which("verilator"):
+    if verilator_available():
         engines.append(("verilator", args.verilator_iterations))
     else:
         print("verilator not installed: Verilator figures skipped")
     for name in args.configs:
-        if shutil.which("verilator"):
+        if verilator_available():
             from hw.verilator import build_model
 
             start = time.perf_counter()

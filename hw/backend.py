@@ -10,7 +10,6 @@ is dropped again after the run, so the image keeps its size.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,12 +88,12 @@ def prepare_image(program: Program, dram: Dram, cfg: HwConfig) -> RtlRun:
 def _pick_engine(engine: str) -> str:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    from hw.verilator import available, find_verilator
+
     if engine == "auto":
-        return "verilator" if shutil.which("verilator") else "amaranth"
-    if engine == "verilator" and not shutil.which("verilator"):
-        raise RuntimeError(
-            "engine 'verilator' needs the verilator program (Debian: apt-get install verilator)"
-        )
+        return "verilator" if available() else "amaranth"
+    if engine == "verilator":
+        find_verilator()  # raises, saying what is missing
     return engine
 
 

