@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 import zlib
@@ -43,6 +44,8 @@ from accel.program import (
     ProgramError,
     ProgramFormatError,
     Region,
+    _all_valid,
+    _check_insn,
     assemble,
     disassemble,
     token_trace,
@@ -123,6 +126,87 @@ def test_encode_insns_names_the_first_instruction_that_does_not_fit() -> None:
                                                     "103232 does not fit")):
         encode_insns([ok[0], GemmInsn(uop_bgn=1, uop_end=1 << 65)], cfg)
     assert encode_insns([], cfg) == b""
+
+
+@st.composite
+def near_valid_instructions(draw: st.DrawFn, cfg: HwConfig) -> Insn:
+    """Instructions about half of which pass ``_check_insn``: small sizes and ranges near the
+    buffer depths, any flags, any memory type and ALU op, the odd huge or negative value."""
+    edges = [d + k for t in MemType for d in (cfg.depth(t.buffer),) for k in (-1, 0, 1)]
+    number = st.one_of(st.integers(0, 4), st.integers(0, 300), st.integers(-3, 2),
+                       st.sampled_from([*edges, 1 << 40, -(1 << 62)]))
+    flags = {f: draw(st.booleans() if draw(st.booleans()) else st.just(False))
+             for f in DEP_FLAGS}
+    kind = draw(st.sampled_from(["load", "store", "gemm", "alu", "finish"]))
+    if kind in ("load", "store"):
+        # Mostly what each may have (a STORE: OUT, no padding), so that one fault decides.
+        store = kind == "store"
+        padded = not store or draw(st.integers(0, 4)) == 0
+        pads = {f: draw(st.just(0) | number) if padded else 0
+                for f in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")}
+        types = [MemType.OUT] * 4 + list(MemType) if store else list(MemType)
+        insn = MemInsn(store=store, mem_type=draw(st.sampled_from(types)),
+                       sram_base=draw(number), y_size=draw(number), x_size=draw(number),
+                       **pads, **flags)
+        if draw(st.booleans()):    # end just inside, at or just past the buffer's end
+            base = cfg.depth(insn.mem_type.buffer) - insn.sram_elems + draw(st.integers(-1, 1))
+            insn = dataclasses.replace(insn, sram_base=base)
+        return insn
+    if kind == "finish":
+        return FinishInsn(**flags)
+    loop = {"uop_bgn": draw(number), "uop_end": draw(number)}
+    if kind == "gemm":
+        return GemmInsn(**loop, **flags)
+    return AluInsn(alu_op=draw(st.sampled_from([AluOp.SHR] * 3 + list(AluOp))),
+                   use_imm=draw(st.booleans()),
+                   imm=draw(st.sampled_from([-32, -31, 31, 32]) | st.integers(-40, 40)),
+                   **loop, **flags)
+
+
+def _passes(insn: Insn, cfg: HwConfig) -> bool:
+    try:
+        _check_insn(0, insn, cfg)
+    except ProgramError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_all_valid_is_check_insn_of_each(name: str) -> None:
+    """The numpy check of a whole list never says valid when an instruction fails the
+    one-at-a-time check, and says valid when all pass, unless a field is too large for its
+    int64 arithmetic (then ``validate`` runs the loop)."""
+    cfg = CONFIGS[name]
+    verdicts = []
+
+    @settings(max_examples=600, deadline=None)
+    @given(st.lists(near_valid_instructions(cfg), min_size=1, max_size=3))
+    def check(insns: list[Insn]) -> None:
+        expected = all(_passes(i, cfg) for i in insns)
+        verdicts.append(expected)
+        huge = any(isinstance(v, int) and abs(v) >= 1 << 29
+                   for i in insns for v in vars(i).values())
+        if huge:
+            assert not _all_valid(insns, cfg) or expected
+        else:
+            assert _all_valid(insns, cfg) == expected
+
+    check()
+    assert 30 < sum(verdicts) < len(verdicts) - 30   # both verdicts were tried, many times
+
+
+def test_validate_names_the_first_invalid_instruction() -> None:
+    """``validate`` still reports the first instruction that fails, after the numpy check."""
+    cfg = load_config("tiny")
+    ok = [GemmInsn(uop_bgn=0, uop_end=1), MemInsn(mem_type=MemType.INP, y_size=2, x_size=2)]
+    bad_store = MemInsn(store=True, mem_type=MemType.OUT, x_pad_0=1)
+    bad_load = MemInsn(mem_type=MemType.INP, sram_base=cfg.depth("inp"))
+    program = Program(cfg, [*ok, bad_load, *ok, bad_store, FinishInsn()])
+    with pytest.raises(ProgramError, match="^" + re.escape(
+            f"instruction 2 (LOAD_INP): SRAM range [{cfg.depth('inp')}, {cfg.depth('inp') + 1}) "
+            f"exceeds the inp buffer depth {cfg.depth('inp')}") + "$"):
+        program.validate()
+    Program(cfg, [*ok, FinishInsn()]).validate()
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
