@@ -338,9 +338,9 @@ _ALU_FIELDS = operator.attrgetter("alu_op", "use_imm", "imm")
 def _all_valid(insns: Sequence[Insn], cfg: HwConfig) -> bool:
     """Whether every instruction passes :func:`_check_insn`, decided a kind at a time with
     numpy (``pipelined_gemm(tiny, 10000)``'s 80,002 in 0.16 s against the loop's 0.26 s: most
-    of it is gathering the fields into arrays). False also
-    where that cannot be decided so (a subclass, a field that is not an int64, a memory type or
-    ALU op that is not the enum member): then the loop finds the first that fails."""
+    of it is gathering the fields into arrays). False also where that cannot be decided so (a
+    subclass, a field that is not an int64 or is 2**29 or more across, a memory type or ALU op
+    that is not the enum member): then the loop finds the first that fails."""
     mems: list[MemInsn] = []
     loops: list[Insn] = []
     alus: list[AluInsn] = []

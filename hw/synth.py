@@ -93,8 +93,8 @@ LATE_GROUPS_KEPT = 100
 
 PNR_TIMEOUT_S = 7200.0
 """How long ``synthesize(..., pnr=True)`` lets nextpnr run by default. Its router does not give
-up on a placement it cannot route: on default (45F) one seed in five was still congested after
-an hour of routing, where the others finish within 40 minutes (docs/architecture.md)."""
+up on a placement it cannot route: on default (45F) one seed of seven was still congested after
+an hour of routing, where the others finished within 40 minutes (docs/architecture.md)."""
 
 TIMING_PLACER = ("--placer-heap-timingweight", "40", "--placer-heap-critexp", "4")
 """nextpnr's HeAP placer weighted toward timing (its defaults are 10 and 2); measured on
