@@ -64,7 +64,10 @@ def main() -> int:
     ok = True
     engines = [("amaranth", args.amaranth_iterations)]
     if verilator_available():
+        from hw.verilator import find_verilator
+
         engines.append(("verilator", args.verilator_iterations))
+        print(f"verilator: {find_verilator().version} ({find_verilator().command})")
     else:
         print("verilator not installed: Verilator figures skipped")
     for name in args.configs:
