@@ -141,9 +141,13 @@ def near_valid_instructions(draw: st.DrawFn, cfg: HwConfig) -> Insn:
     if kind in ("load", "store"):
         # Mostly what each may have (a STORE: OUT, no padding), so that one fault decides.
         store = kind == "store"
-        padded = not store or draw(st.integers(0, 4)) == 0
-        pads = {f: draw(st.just(0) | number) if padded else 0
-                for f in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")}
+        names = ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
+        if not store:
+            pads = {f: draw(st.just(0) | number) for f in names}
+        else:    # a STORE: no padding, or one pad set
+            pads = dict.fromkeys(names, 0)
+            if draw(st.integers(0, 4)) == 0:
+                pads[draw(st.sampled_from(names))] = draw(st.integers(1, 3))
         types = [MemType.OUT] * 4 + list(MemType) if store else list(MemType)
         insn = MemInsn(store=store, mem_type=draw(st.sampled_from(types)),
                        sram_base=draw(number), y_size=draw(number), x_size=draw(number),
