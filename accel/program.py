@@ -21,6 +21,7 @@ The assembly text form (``accel disasm`` / ``accel asm``) round-trips to identic
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import struct
@@ -335,12 +336,24 @@ _LOOP_FIELDS = operator.attrgetter("uop_bgn", "uop_end")
 _ALU_FIELDS = operator.attrgetter("alu_op", "use_imm", "imm")
 
 
+@functools.cache
+def _flag_tables() -> tuple[np.ndarray, np.ndarray, bool]:
+    """For the numpy check, from :func:`module_of` and ``DEP_QUEUES``: a LOAD/STORE's module by
+    ``[store, mem_type]``; whether each module may set each of ``DEP_FLAGS``; and whether the
+    compute module (GEMM, ALU, FINISH) may set them all."""
+    module = np.array([[module_of(MemInsn(store=bool(s), mem_type=t)) for t in MemType]
+                       for s in (0, 1)], dtype=np.int64)
+    allowed = np.array([[(m, f) in DEP_QUEUES for f in DEP_FLAGS] for m in Module])
+    return module, allowed, bool(allowed[Module.COMPUTE].all())
+
+
 def _all_valid(insns: Sequence[Insn], cfg: HwConfig) -> bool:
     """Whether every instruction passes :func:`_check_insn`, decided a kind at a time with
     numpy (``pipelined_gemm(tiny, 10000)``'s 80,002 in 0.16 s against the loop's 0.26 s: most
     of it is gathering the fields into arrays). False also where that cannot be decided so (a
     subclass, a field that is not an int64 or is 2**29 or more across, a memory type or ALU op
     that is not the enum member): then the loop finds the first that fails."""
+    module_of_mem, allowed, compute_any_flag = _flag_tables()
     mems: list[MemInsn] = []
     loops: list[Insn] = []
     alus: list[AluInsn] = []
@@ -353,24 +366,23 @@ def _all_valid(insns: Sequence[Insn], cfg: HwConfig) -> bool:
         elif kind is AluInsn:
             loops.append(insn)
             alus.append(insn)  # type: ignore[arg-type]
-        elif kind is not FinishInsn:   # GEMM, ALU and FINISH may carry any flag
+        elif kind is not FinishInsn:
             return False
+    if not compute_any_flag and len(mems) < len(insns):  # then their flags need the loop
+        return False
     if mems:
         if any(type(m.mem_type) is not MemType for m in mems):
             return False
         a = np.array([_MEM_FIELDS(m) for m in mems])
         if a.dtype != np.int64 or (a >= 1 << 29).any() or (a <= -1 << 29).any():
             return False    # (so that nothing below overflows an int64)
-        store, mem, base, ys, xs, yp0, yp1, xp0, xp1, pop_prev, pop_next, push_prev, push_next = (
-            a.T)
+        store, mem, base, ys, xs, yp0, yp1, xp0, xp1 = a[:, :9].T
         st = store != 0
         if (st != (mem == MemType.OUT)).any():     # STORE from OUT only, LOAD never into it
             return False
         if (st & ((yp0 | yp1 | xp0 | xp1) != 0)).any():
             return False
-        load = ~st & ((mem == MemType.INP) | (mem == MemType.WGT))   # else compute's LOAD
-        if (st & ((pop_next | push_next) != 0)).any() \
-                or (load & ((pop_prev | push_prev) != 0)).any():
+        if ((a[:, 9:] != 0) & ~allowed[module_of_mem[st.astype(np.int64), mem]]).any():
             return False
         depth = np.array([cfg.depth(t.buffer) for t in MemType], dtype=np.int64)[mem]
         elems = np.where(st, ys * xs, (yp0 + ys + yp1) * (xp0 + xs + xp1))
