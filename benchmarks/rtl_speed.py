@@ -63,17 +63,17 @@ def main() -> int:
     args = parser.parse_args()
     ok = True
     engines = [("amaranth", args.amaranth_iterations)]
-    if verilator_available():
-        from hw.verilator import find_verilator
+    have_verilator = verilator_available()
+    if have_verilator:
+        from hw.verilator import build_model, find_verilator
 
+        tool = find_verilator()
         engines.append(("verilator", args.verilator_iterations))
-        print(f"verilator: {find_verilator().version} ({find_verilator().command})")
+        print(f"verilator: {tool.version} ({tool.command})")
     else:
         print("verilator not installed: Verilator figures skipped")
     for name in args.configs:
-        if verilator_available():
-            from hw.verilator import build_model
-
+        if have_verilator:
             start = time.perf_counter()
             build_model(load_config(name))
             print(f"{name:<12} verilator  model ready in {time.perf_counter() - start:.1f} s "
