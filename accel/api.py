@@ -36,6 +36,7 @@ def run_program(
     config: HwConfig | str | None = None,
     backend: str = "fsim",
     trace: bool = False,
+    **options: Any,
 ) -> RunResult:
     """Run ``program`` on ``dram`` (modified in place) with the chosen backend.
 
@@ -53,11 +54,15 @@ def run_program(
         ``"rtl"`` (the Amaranth RTL).
     trace
         With ``"sim"``: also record queue and DRAM counters for ``stats.write_trace``.
+    options
+        Options of the backend (``BackendCaps.options``): with ``"rtl"``, ``vcd`` (a path or an
+        :class:`accel.waveform.VcdDump`), ``engine`` and ``max_cycles``, as
+        :func:`hw.backend.run_rtl` takes them.
 
     Raises
     ------
     ValueError
-        Unknown or unavailable backend.
+        Unknown or unavailable backend, or an option it does not take.
     ProgramError
         An invalid program, a deadlock, or tokens left at FINISH.
     """
@@ -68,7 +73,8 @@ def run_program(
     if cfg != program.config:
         raise ProgramError(f"program was built for config {program.config.name}, not {cfg.name}")
     device = find_backend(backend)
-    stats, cycles = device.run(program, dram, cfg, trace)
+    device.caps.check_options(options)
+    stats, cycles = device.run(program, dram, cfg, trace, **options)
     return RunResult(dram=dram, backend=backend, stats=stats, cycles=cycles)
 
 

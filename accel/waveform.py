@@ -1,9 +1,11 @@
-"""Reading value-change dump (VCD) files from the RTL simulators, for waveform excerpts.
+"""Value-change dump (VCD) files from the RTL simulators: which cycles to dump, and reading
+them back for waveform excerpts.
 
-``run_rtl(..., vcd=PATH)`` writes a VCD from Amaranth's simulator or Verilator. This module
-reads the signals whose hierarchical names match glob patterns (``*.load.issue``,
-``*token_queue.level``) into per-signal lists of value changes, and converts times to clock
-cycles from the clock's own edges.
+``run_rtl(..., vcd=PATH)`` writes a VCD from Amaranth's simulator or Verilator, of the whole
+run or (with a :class:`VcdDump`) of a window of its cycles; :func:`window_vcd` cuts such a
+window out of a whole dump. :func:`read_vcd` reads the signals whose hierarchical names match
+glob patterns (``*.load.issue``, ``*token_queue.level``) into per-signal lists of value
+changes, and :func:`clock_edges` converts times to clock cycles from the clock's own edges.
 
 pyvcd (which Amaranth installs) has a reader, but it rejects the ``$signal`` identifiers that
 Amaranth's VCD writer emits for anonymous signals, so this is a small line reader of the subset
@@ -17,11 +19,69 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Signal", "VcdError", "clock_edges", "read_vcd"]
+__all__ = ["Signal", "VcdDump", "VcdError", "clock_edges", "read_vcd", "window_vcd"]
 
 
 class VcdError(ValueError):
     """A VCD file that cannot be read, or a pattern no signal matches (one-line message)."""
+
+
+@dataclass(frozen=True)
+class VcdDump:
+    """A waveform dump to write during an RTL run: the file and the cycles it covers.
+
+    ``first`` and ``last`` are program cycles (0 is the cycle the run starts in, as in the
+    cycle counts ``run_rtl`` reports), ``last`` excluded; ``last=None`` dumps to the end of the
+    run. The file's time stamps stay those of the whole run. A whole-design dump of a GEMM
+    running is about 15 KB per cycle on ``default``, so a network layer needs a window.
+
+    Raises
+    ------
+    ValueError
+        ``first`` is negative, or ``last`` is not after it.
+    """
+
+    path: Path
+    first: int = 0
+    last: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+        if self.first < 0:
+            raise ValueError(f"VCD window: first cycle must be >= 0, got {self.first}")
+        if self.last is not None and self.last <= self.first:
+            raise ValueError(f"VCD window: cycles {self.first}:{self.last} are empty "
+                             "(the last cycle is excluded)")
+
+    @classmethod
+    def parse(cls, path: str | Path, cycles: str | None) -> VcdDump:
+        """From a ``FIRST:LAST`` window as the command line takes it (either end may be left
+        out, like a Python slice: ``:5000``, ``1000:``); None is the whole run.
+
+        Raises
+        ------
+        ValueError
+            ``cycles`` is not of that form, or the window is empty.
+        """
+        if cycles is None:
+            return cls(Path(path))
+        head, sep, tail = cycles.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            first = int(head) if head.strip() else 0
+            last = int(tail) if tail.strip() else None
+        except ValueError:
+            raise ValueError(f"VCD window {cycles!r}: expected FIRST:LAST in cycles, such as "
+                             "0:10000 or 5000: (LAST excluded)") from None
+        return cls(Path(path), first, last)
+
+    def covers(self, cycles: int) -> str:
+        """The cycles of a run of ``cycles`` cycles that the dump holds, in words."""
+        last = cycles if self.last is None else min(self.last, cycles)
+        if self.first >= last:
+            return f"no cycles: the run ended at cycle {cycles}, before the window"
+        return f"cycles {self.first}-{last - 1} of {cycles}"
 
 
 @dataclass
@@ -140,3 +200,61 @@ def clock_edges(clock: Signal) -> list[int]:
             edges.append(t)
         previous = v
     return edges
+
+
+def window_vcd(src: str | Path, dst: str | Path, clock: str, first: int,
+               last: int | None) -> None:
+    """Copy to ``dst`` the part of ``src`` around rising edges ``first`` to ``last`` (excluded;
+    None: to the end) of ``clock`` (a pattern matching one 1-bit signal).
+
+    ``dst`` starts with ``src``'s declarations, then a ``$dumpvars`` block with every signal's
+    value at the time stamp just before edge ``first`` (the clock low, so that edge counts as
+    the dump's first rising edge), then the changes up to edge ``last``, whose time stamp ends
+    the file. A window past the end of ``src`` leaves the declarations only. Time stamps are
+    ``src``'s.
+
+    Raises
+    ------
+    VcdError
+        ``src`` cannot be read or is not a VCD, or no signal matches ``clock``.
+    """
+    src, dst = Path(src), Path(dst)
+    found = read_vcd(src, [clock])
+    edges = clock_edges(next(iter(found.values())))
+    start = edges[first] if first < len(edges) else None
+    stop = edges[last] if last is not None and last < len(edges) else None
+    state: dict[str, str] = {}       # identifier -> its latest change line, before the window
+    before: int | None = None        # the last time stamp before edge ``first``
+    opened = False
+    with src.open("r", encoding="ascii", errors="replace") as inp, \
+            dst.open("w", encoding="ascii") as out:
+        for line in inp:
+            out.write(line)
+            if line.split()[:1] == ["$enddefinitions"]:
+                break
+        if start is None:
+            return
+        for line in inp:
+            tokens = line.split()
+            if not tokens or tokens[0] in ("$dumpvars", "$dumpall", "$dumpon", "$dumpoff",
+                                           "$end"):
+                continue
+            head = tokens[0]
+            if head.startswith("#"):
+                time = int(head[1:])
+                if stop is not None and time >= stop:
+                    out.write(f"#{stop}\n")
+                    break
+                if not opened:
+                    if time < start:
+                        before = time
+                        continue
+                    stamp = start if before is None else before
+                    out.write(f"#{stamp}\n$dumpvars\n{''.join(state.values())}$end\n")
+                    opened = True
+                out.write(line)
+            elif opened:
+                out.write(line)
+            else:                    # remember the value: "b1010 id", "r1.5 id" or "1id"
+                ident = tokens[1] if head[0] in "bBrR" and len(tokens) >= 2 else head[1:]
+                state[ident] = line if line.endswith("\n") else line + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from amaranth.sim import Simulator
 
 from accel.config import HwConfig
+from accel.waveform import VcdDump, window_vcd
 from hw.backend import RtlRun
 from hw.dram_model import DramModel
 from hw.top import Accelerator
@@ -17,7 +19,7 @@ from hw.top import Accelerator
 __all__ = ["simulate"]
 
 
-def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
+def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
              max_cycles: int = 50_000_000,
              timeline: list[tuple[str, str, int]] | None = None) -> tuple[int, dict[str, Any]]:
     """Run the prepared image to FINISH; returns ``(cycles, stats)`` (see ``run_rtl``).
@@ -28,6 +30,9 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
         FINISH did not retire within ``max_cycles`` cycles.
 
     With ``timeline`` (a list), ``(module, "issue" | "retire", cycle)`` events are appended.
+    With ``vcd``, Amaranth's writer (which must start at time 0) dumps the whole run, to a
+    temporary file when the window is narrower, which :func:`accel.waveform.window_vcd` then
+    cuts: program cycle ``c`` starts at the clock's rising edge ``c``.
     """
     top = Accelerator(cfg)
     model = DramModel(run.image, cfg.dram.latency, cfg.dram.bytes_per_cycle)
@@ -79,11 +84,22 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
     sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
-    t0 = time.perf_counter()
-    writer = sim.write_vcd(str(vcd)) if vcd else contextlib.nullcontext()
-    with writer:
-        sim.run()
-    wall = time.perf_counter() - t0
+    whole = vcd is not None and vcd.first == 0 and vcd.last is None
+    with contextlib.ExitStack() as stack:
+        if vcd is None:
+            path: Path | None = None
+        elif whole:
+            path = vcd.path
+        else:
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="accel-vcd-"))
+            path = Path(folder) / "whole.vcd"
+        t0 = time.perf_counter()
+        with sim.write_vcd(str(path)) if path else contextlib.nullcontext():
+            sim.run()
+        wall = time.perf_counter() - t0
+        if vcd is not None and not whole:
+            assert path is not None
+            window_vcd(path, vcd.path, "bench.top.clk", vcd.first, vcd.last)
     stats: dict[str, Any] = {
         "dram_bytes_read": model.bytes_read,
         "dram_bytes_written": model.bytes_written,

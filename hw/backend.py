@@ -10,8 +10,9 @@ is dropped again after the run, so the image keeps its size.
 
 from __future__ import annotations
 
+import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from accel.config import HwConfig
 from accel.dram import Dram
 from accel.isa import INSN_BYTES, encode_uops
 from accel.program import Program, ProgramError
+from accel.waveform import VcdDump
 from hw.primitives import Target
 
 __all__ = ["ENGINES", "RtlRun", "RtlStats", "cache_dir", "prepare_image", "run_rtl"]
@@ -114,11 +116,21 @@ def _model_cycles(program: Program, cfg: HwConfig) -> int:
     return TimingSimulator(cfg).run(program, Dram()).cycles
 
 
+def _vcd_dump(vcd: str | Path | VcdDump | None) -> VcdDump | None:
+    """``vcd`` as a :class:`VcdDump`, its folder checked."""
+    if vcd is None:
+        return None
+    dump = vcd if isinstance(vcd, VcdDump) else VcdDump(Path(vcd))
+    if not dump.path.parent.is_dir():
+        raise ValueError(f"{dump.path}: cannot write the VCD: no folder {dump.path.parent}")
+    return dump
+
+
 def run_rtl(
     program: Program,
     dram: Dram,
     cfg: HwConfig,
-    vcd: str | Path | None = None,
+    vcd: str | Path | VcdDump | None = None,
     engine: str = "auto",
     max_cycles: int | None = None,
     family: str | None = None,
@@ -134,7 +146,8 @@ def run_rtl(
     cfg
         The hardware; must be the program's config.
     vcd
-        Write waveforms to this file.
+        Write waveforms to this file: of the whole run, or of the cycles a
+        :class:`accel.waveform.VcdDump` names (the file's time stamps stay the whole run's).
     engine
         ``"auto"``, ``"verilator"`` or ``"amaranth"``.
     max_cycles
@@ -161,7 +174,8 @@ def run_rtl(
         Wrong config, invalid program, or a deadlock (``sim.errors.SimulationDeadlock``, with
         the timing simulator's report of who waits on what).
     ValueError
-        Unknown engine or family, or a family on the Amaranth engine.
+        Unknown engine or family, a family on the Amaranth engine, or a VCD path in a folder
+        that does not exist.
     RuntimeError
         Verilator asked for but missing, or the run did not finish within ``max_cycles``.
     """
@@ -170,25 +184,38 @@ def run_rtl(
         Target(family)
         if chosen != "verilator":
             raise ValueError(f"family {family!r} needs the verilator engine, not {chosen}")
+    dump = _vcd_dump(vcd)
     run = prepare_image(program, dram, cfg)
-    if chosen == "amaranth":
-        from hw import amaranth_engine
+    # The waveforms go to a hidden file beside the VCD, renamed when the run has finished: a
+    # run that fails leaves an earlier file of that name as it was.
+    partial = None if dump is None else replace(
+        dump, path=dump.path.with_name(f".{dump.path.name}.partial"))
+    try:
+        if chosen == "amaranth":
+            from hw import amaranth_engine
 
-        if max_cycles is None:      # the model takes a fraction of this engine's time
-            max_cycles = 2 * _model_cycles(program, cfg) + 1000
-        cycles, counters = amaranth_engine.simulate(cfg, run, vcd=vcd, max_cycles=max_cycles)
-    else:
-        from hw import verilator
+            if max_cycles is None:      # the model takes a fraction of this engine's time
+                max_cycles = 2 * _model_cycles(program, cfg) + 1000
+            cycles, counters = amaranth_engine.simulate(cfg, run, vcd=partial,
+                                                        max_cycles=max_cycles)
+        else:
+            from hw import verilator
 
-        try:
-            cycles, counters = verilator.simulate(
-                cfg, run, vcd=vcd, max_cycles=_VERILATOR_MAX_CYCLES if max_cycles is None
-                else max_cycles, family=family)
-        except RuntimeError:
-            # A run that failed (the cycle limit, typically) on a program that deadlocks is
-            # reported as the deadlock, with who waits on what.
-            _model_cycles(program, cfg)
-            raise
+            try:
+                cycles, counters = verilator.simulate(
+                    cfg, run, vcd=partial, max_cycles=_VERILATOR_MAX_CYCLES
+                    if max_cycles is None else max_cycles, family=family)
+            except RuntimeError:
+                # A run that failed (the cycle limit, typically) on a program that deadlocks
+                # is reported as the deadlock, with who waits on what.
+                _model_cycles(program, cfg)
+                raise
+    except BaseException:
+        if partial is not None:
+            partial.path.unlink(missing_ok=True)
+        raise
+    if dump is not None and partial is not None:
+        os.replace(partial.path, dump.path)
     dram.data[:] = run.image[: run.data_bytes]
     stats = RtlStats(counters)
     stats["engine"] = chosen

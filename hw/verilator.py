@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.config import HwConfig
+from accel.waveform import VcdDump
 from hw.backend import RtlRun, cache_dir
 from hw.dram import dram_request_layout
 from hw.params import RtlParams
@@ -222,11 +223,12 @@ def build_model(cfg: HwConfig, trace: bool = False, family: str | None = None) -
     return exe
 
 
-def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
+def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
              max_cycles: int = 50_000_000, family: str | None = None
              ) -> tuple[int, dict[str, Any]]:
     """Run the prepared image on the compiled model (of ``family``'s netlist, see
-    :func:`build_model`); returns ``(cycles, stats)``.
+    :func:`build_model`); returns ``(cycles, stats)``. With ``vcd``, the model built with
+    ``--trace`` writes the cycles it asks for (the harness skips the others' dumps).
 
     Raises
     ------
@@ -241,7 +243,8 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: str | Path | None = None,
         args = [str(exe), str(image), str(cfg.dram.latency), str(cfg.dram.bytes_per_cycle),
                 str(run.insn_addr), str(run.insn_count), str(max_cycles)]
         if vcd is not None:
-            args.append(str(vcd))
+            last = 2**64 - 1 if vcd.last is None else vcd.last
+            args += [str(vcd.path), str(vcd.first), str(last)]
         t0 = time.perf_counter()
         proc = subprocess.run(args, capture_output=True, text=True, check=False)
         wall = time.perf_counter() - t0

@@ -42,16 +42,28 @@ class BackendCaps:
     module_stats: bool = False
     """Its stats are a :class:`sim.stats.SimStats` (per-module busy and stall cycles, DRAM
     bytes per buffer); otherwise they only have ``to_dict()``."""
+    options: tuple[str, ...] = ()
+    """The keyword options its ``run`` takes beyond the four common arguments (``rtl``:
+    ``vcd``, ``engine``, ``max_cycles``, as :func:`hw.backend.run_rtl` takes them)."""
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Raise ValueError naming the first of ``options`` this backend does not take."""
+        for name in options:
+            if name not in self.options:
+                takes = (f"; it takes {', '.join(self.options)}" if self.options
+                         else "; it takes none")
+                raise ValueError(f"backend {self.name!r} has no option {name!r}{takes}")
 
 
-RunFn = Callable[[Program, Dram, HwConfig, bool], tuple[Any, int | None]]
+RunFn = Callable[..., tuple[Any, int | None]]
 
 
 @dataclass(frozen=True)
 class Backend:
     caps: BackendCaps
     run: RunFn
-    """``run(program, dram, cfg, trace) -> (stats, cycles or None)``."""
+    """``run(program, dram, cfg, trace, **options) -> (stats, cycles or None)``, the options
+    among ``caps.options``."""
 
 
 _BACKENDS: dict[str, Backend] = {}
@@ -138,20 +150,21 @@ def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[
     return stats, stats.cycles
 
 
-def _run_rtl(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[Any, int]:
+def _run_rtl(program: Program, dram: Dram, cfg: HwConfig, trace: bool,
+             **options: Any) -> tuple[Any, int]:
     try:
         rtl = importlib.import_module("hw.backend")
     except ImportError as exc:
         raise ValueError(f"backend 'rtl' is not available: {exc}") from None
-    cycles, stats = rtl.run_rtl(program, dram, cfg)
+    cycles, stats = rtl.run_rtl(program, dram, cfg, **options)
     return stats, cycles
 
 
 register_backend(BackendCaps("fsim", False, False, "functional simulator (numpy)"), _run_fsim)
 register_backend(BackendCaps("sim", True, True, "functional + SimPy timing simulator",
                              module_stats=True), _run_sim)
-register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Amaranth sim)"),
-                 _run_rtl)
+register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Amaranth sim)",
+                             options=("vcd", "engine", "max_cycles")), _run_rtl)
 
 
 _PENDING: dict[tuple[HwConfig, tuple[Any, ...], bool], Any] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -293,18 +293,33 @@ class Executable:
         check: bool = False,
         trace: bool = False,
         progress: Progress | None = None,
+        layer_options: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> tuple[dict[str, np.ndarray], RunReport]:
         """Run the network; return its outputs by name and the report.
 
         With ``check`` every node's output is compared with the numpy kernels applied to the
-        same inputs (and the report's ``check`` is the conjunction).
+        same inputs (and the report's ``check`` is the conjunction). ``layer_options`` gives
+        backend options (``BackendCaps.options``) for named accelerator layers, such as
+        ``{"layer1.0.conv1": {"vcd": VcdDump(...)}}`` with ``rtl``.
 
         Raises
         ------
         ValueError
-            Unknown backend or fallback, or inputs of the wrong shape or dtype.
+            Unknown backend or fallback, inputs of the wrong shape or dtype, or layer options
+            for a layer that does not run on the accelerator, or that the backend lacks.
         """
         device = find_backend(backend)
+        layer_options = dict(layer_options or {})
+        for name, options in layer_options.items():
+            if name not in self.compiled:
+                if any(node.name == name for node in self.graph.nodes):
+                    raise ValueError(f"{self.graph.name}: layer {name!r} does not run on the "
+                                     "accelerator")
+                known = list(self.compiled)
+                raise ValueError(f"{self.graph.name}: no accelerator layer {name!r}; they are "
+                                 f"{', '.join(known[:6])}"
+                                 + (f", ... ({len(known)} in all)" if len(known) > 6 else ""))
+            device.caps.check_options(dict(options))
         kernels = fallback_kernels(fallback)
         reference = fallback_kernels("cpu") if check else None
         g = self.graph
@@ -330,7 +345,8 @@ class Executable:
         for k, node in enumerate(g.nodes):
             if progress is not None:
                 progress(k, len(g.nodes), node.name)
-            layer, stats = self._run_node(node, env, device, kernels, trace)
+            layer, stats = self._run_node(node, env, device, kernels, trace,
+                                          layer_options.get(node.name, {}))
             if reference is not None:
                 layer.check = self._check_node(node, env, reference)
                 checks.append(layer.check)
@@ -363,7 +379,7 @@ class Executable:
         return to_logical(value, self.graph.values[name])
 
     def _run_node(self, node: Node, env: dict[str, np.ndarray], device: Any, kernels: Any,
-                  trace: bool) -> tuple[LayerReport, Any]:
+                  trace: bool, options: Mapping[str, Any]) -> tuple[LayerReport, Any]:
         g = self.graph
         out_t = g.values[node.outputs[0]]
         layer = LayerReport(node.name, node.op, node.attrs.get("target", "cpu"),
@@ -384,7 +400,7 @@ class Executable:
                 args["a"] = blocked
             image = op.dram(**args)
             result = run_program(op.program, image, config=self.cfg,
-                                 backend=device.caps.name, trace=trace)
+                                 backend=device.caps.name, trace=trace, **options)
             region = op.program.regions["out"]
             out_blocked = image.read("out", "int8", region.shape)
             env[node.outputs[0]] = out_blocked if out_t.layout not in ("NCHW", "NC") else \

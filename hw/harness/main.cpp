@@ -4,7 +4,10 @@
 // accepted in cycle g is answered with ceil(bytes / bpc) beats in cycles g + latency, ...;
 // read beats carry bytes addr + j * bpc ...; write beats store wr_data's first bytes.
 //
-// Usage: accel_sim IMAGE LATENCY BYTES_PER_CYCLE INSN_ADDR INSN_COUNT MAX_CYCLES [VCD]
+// Usage: accel_sim IMAGE LATENCY BYTES_PER_CYCLE INSN_ADDR INSN_COUNT MAX_CYCLES
+//                  [VCD [VCD_FIRST VCD_LAST]]
+// With VCD (a model built with --trace), waveforms of program cycles VCD_FIRST to VCD_LAST - 1
+// (default: all) go to that file; the two reset cycles before cycle 0 only when VCD_FIRST is 0.
 // The image file is read, modified by the program's stores and written back. One JSON line
 // with the counters goes to stdout. Exit status 3: not finished within MAX_CYCLES; 4: a DRAM
 // access outside the image; 2: bad arguments (LATENCY and BYTES_PER_CYCLE are at least 1) or
@@ -72,8 +75,9 @@ struct Txn {
 
 int main(int argc, char** argv) {
     if (argc < 7) {
-        std::fprintf(stderr, "usage: %s IMAGE LATENCY BPC INSN_ADDR INSN_COUNT MAX_CYCLES [VCD]\n",
-                     argv[0]);
+        std::fprintf(stderr,
+                     "usage: %s IMAGE LATENCY BPC INSN_ADDR INSN_COUNT MAX_CYCLES "
+                     "[VCD [VCD_FIRST VCD_LAST]]\n", argv[0]);
         return 2;
     }
     const char* image_path = argv[1];
@@ -83,6 +87,8 @@ int main(int argc, char** argv) {
     const uint64_t insn_count = std::strtoull(argv[5], nullptr, 10);
     const uint64_t max_cycles = std::strtoull(argv[6], nullptr, 10);
     const char* vcd_path = argc > 7 ? argv[7] : nullptr;
+    const uint64_t vcd_first = argc > 9 ? std::strtoull(argv[8], nullptr, 10) : 0;
+    const uint64_t vcd_last = argc > 9 ? std::strtoull(argv[9], nullptr, 10) : UINT64_MAX;
     if (latency < 1 || bpc < 1) {
         std::fprintf(stderr, "LATENCY and BYTES_PER_CYCLE must be at least 1\n");
         return 2;
@@ -116,25 +122,31 @@ int main(int argc, char** argv) {
     }
 #else
     (void)vcd_path;
+    (void)vcd_first;
+    (void)vcd_last;
 #endif
     // The wrapper registers every input: what is set before a rising edge is what the design
     // sees in the cycle after it. One cycle: the outputs (settled after the last edge) are
     // read, the DRAM model takes them and sets the next cycle's inputs, the clock falls (an
     // eval that only moves the inputs) and rises (the design's registers and all its logic).
+    // A tick that enters program cycle c is dumped when VCD_FIRST <= c < VCD_LAST (the reset
+    // ticks enter cycles "-2" and "-1"); the first dump writes every signal's value.
     uint64_t time_ps = 0;
-    auto tick = [&]() {
+    auto tick = [&](bool dump) {
         top->clk = 0;
         top->eval();
 #if VM_TRACE
-        if (vcd) vcd->dump(time_ps);
+        if (vcd && dump) vcd->dump(time_ps);
 #endif
         top->clk = 1;
         top->eval();
 #if VM_TRACE
-        if (vcd) vcd->dump(time_ps + 5000);
+        if (vcd && dump) vcd->dump(time_ps + 5000);
 #endif
+        (void)dump;
         time_ps += 10000;
     };
+    auto dumps = [&](uint64_t c) { return c >= vcd_first && c < vcd_last; };
 
     // Reset: rst is registered at the first edge and resets the design at the second; start
     // is registered at the second and seen at the third, which is the program's cycle 0.
@@ -142,14 +154,14 @@ int main(int argc, char** argv) {
     top->start = 0;
     top->req_ready = 1;
     top->rsp_valid = 0;
-    tick();
+    tick(vcd_first == 0);
     top->rst = 0;
     top->insn_addr = insn_addr;
     top->insn_count = static_cast<uint32_t>(insn_count);
     top->start = 1;
-    tick();
+    tick(vcd_first == 0);
     top->start = 0;
-    tick();
+    tick(dumps(0));
 
     Txn t;
     uint64_t bytes_read = 0, bytes_written = 0, transactions = 0;
@@ -213,7 +225,7 @@ int main(int argc, char** argv) {
             std::memcpy(beat.data(), image.data() + lo, n);
             set_beat(top->rsp_data, beat.data(), bpc);
         }
-        tick();
+        tick(dumps(cycle + 1));
         ++cycle;
     }
 #if VM_TRACE
