@@ -148,12 +148,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     import accel
+    from accel.cli_exec import vcd_dump, vcd_summary
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
 
     cfg = _config(args.config)
     if args.tuning_log and not Path(args.tuning_log).is_file():
         raise CliError(f"{args.tuning_log}: no such tuning log")
+    dump = vcd_dump(args)
+    if args.vcd_layer is not None and dump is None:
+        raise CliError("--vcd-layer needs --vcd FILE")
     is_onnx = str(args.model).endswith(".onnx")
     started = time.perf_counter()
     try:
@@ -169,11 +173,20 @@ def cmd_run(args: argparse.Namespace) -> int:
               "layers use logged knobs, the others the heuristic's")
     check = (not is_onnx) if args.check is None else args.check
     out_dir = Path(args.out) if args.out else None
+    dumped = None
+    if dump is not None:
+        dumped = args.vcd_layer or next(iter(exe.compiled), None)
+        if dumped is None:
+            raise CliError(f"--vcd: no layer of {graph.name} runs on the accelerator")
     outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
                               trace=out_dir is not None and args.backend != "fsim",
-                              progress=_progress(sys.stderr))
+                              progress=_progress(sys.stderr),
+                              layer_options={dumped: {"vcd": dump}} if dumped else None)
     ran = time.perf_counter()
     print_report(report)
+    if dump is not None:
+        layer = next(layer for layer in report.layers if layer.name == dumped)
+        print(vcd_summary(dump, layer.cycles, f"layer {dumped}"))
     unfit = [layer.name for layer in report.layers
              if layer.target != "accel" and layer.op in ("conv2d", "dense")]
     if unfit:
@@ -249,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", dest="check", action="store_true", default=None,
                    help="compare every layer with the numpy reference (default for zoo models)")
     p.add_argument("--no-check", dest="check", action="store_false")
+    from accel.cli_exec import add_vcd_arguments
+
+    add_vcd_arguments(p, "one accelerator layer")
+    p.add_argument("--vcd-layer", metavar="NAME",
+                   help="the accelerator layer --vcd dumps (default: the first)")
     p.add_argument("--tuning-log", metavar="FILE",
                    help="compile conv2d/dense layers with the best knobs of this accel tune log")
     p.set_defaults(func=cmd_run)
@@ -264,6 +282,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parsers(sub)  # sweep
     add_plot_parsers(sub)  # plot
     add_tune_parsers(sub)  # tune
+
+    from accel.cli_exec import add_parsers as add_exec_parsers
+
+    add_exec_parsers(sub)  # exec
 
     p = sub.add_parser("asm", help="assemble a .s file into a binary program")
     p.add_argument("source", help="assembly text (the form accel disasm prints)")

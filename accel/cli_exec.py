@@ -1,0 +1,237 @@
+"""The ``accel exec`` command: run one binary program on a backend.
+
+::
+
+    accel asm gemm.s -o gemm.bin
+    accel exec gemm.bin --backend rtl --check            # DRAM as fsim's, cycles as sim's
+    accel exec gemm.bin --backend rtl --vcd gemm.vcd --vcd-cycles 0:500
+    accel exec gemm.bin --dram-in inputs.bin --dram-out result.bin
+
+A program file holds instructions, micro-ops and the layout of its DRAM regions, not their
+contents: the regions are filled with random bytes (``--seed``), or the DRAM image is read from
+``--dram-in`` (raw bytes, at least as long as the regions reach). The micro-ops are placed by the
+run itself. With ``--check`` the same image also runs on ``fsim`` (and, for ``rtl``, on ``sim``),
+and the command exits 1 unless the DRAM contents (and the cycles) are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DEFAULT_VCD_CYCLES", "add_parsers", "add_vcd_arguments", "cmd_exec", "vcd_dump"]
+
+DEFAULT_VCD_CYCLES = "0:10000"
+"""The cycles ``--vcd`` dumps without ``--vcd-cycles``: a whole-design dump of a GEMM running
+is about 15 KB a cycle on ``default``, so 10,000 cycles are about 150 MB."""
+
+
+def add_vcd_arguments(p: argparse.ArgumentParser, what: str) -> None:
+    """``--vcd`` and ``--vcd-cycles`` (for ``rtl`` runs of ``what``)."""
+    p.add_argument("--vcd", metavar="FILE",
+                   help=f"with --backend rtl: write waveforms of {what} to FILE (from Verilator "
+                        "or Amaranth's simulator, whichever runs it)")
+    p.add_argument("--vcd-cycles", metavar="FIRST:LAST", default=None,
+                   help=f"the cycles --vcd dumps, LAST excluded, either end optional "
+                        f"(default {DEFAULT_VCD_CYCLES}; a whole-design dump takes about "
+                        "15 KB a cycle on default; 0: dumps the whole run)")
+
+
+def vcd_dump(args: argparse.Namespace) -> Any:
+    """The :class:`accel.waveform.VcdDump` that ``--vcd``/``--vcd-cycles`` ask for, or None.
+
+    Raises
+    ------
+    ValueError
+        ``--vcd-cycles`` without ``--vcd``, ``--vcd`` on a backend other than ``rtl``, a
+        malformed window, or a folder that does not exist.
+    """
+    from accel.waveform import VcdDump
+
+    if args.vcd is None:
+        if args.vcd_cycles is not None:
+            raise ValueError("--vcd-cycles needs --vcd FILE")
+        return None
+    if args.backend != "rtl":
+        raise ValueError(f"--vcd needs --backend rtl (the {args.backend} backend has no "
+                         "waveforms)")
+    dump = VcdDump.parse(args.vcd, args.vcd_cycles or DEFAULT_VCD_CYCLES)
+    if not dump.path.parent.is_dir():
+        raise ValueError(f"{dump.path}: cannot write the VCD: no folder {dump.path.parent}")
+    return dump
+
+
+def vcd_summary(dump: Any, cycles: int, what: str) -> str:
+    """The line saying what the dump holds."""
+    size = dump.path.stat().st_size / 1e6
+    return f"vcd: {dump.path}: {what}, {dump.covers(cycles)} ({size:.1f} MB)"
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Add ``exec`` to ``subparsers`` (an ``add_subparsers()`` result)."""
+    from hw.backend import ENGINES
+
+    p = subparsers.add_parser(
+        "exec", help="run a binary program (accel asm) on fsim, sim or the RTL")
+    p.add_argument("program", help="binary program file")
+    p.add_argument("--config", help="config the program must have been built for")
+    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"])
+    p.add_argument("--engine", default="auto", choices=ENGINES,
+                   help="with --backend rtl: Verilator, Amaranth's simulator, or Verilator "
+                        "when it is installed (auto, the default)")
+    p.add_argument("--max-cycles", type=int, default=None, metavar="N",
+                   help="with --backend rtl: give up after N cycles (default: run_rtl's)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random bytes the DRAM regions start with (default 0)")
+    p.add_argument("--dram-in", metavar="FILE",
+                   help="start from this DRAM image (raw bytes) instead of random bytes")
+    p.add_argument("--dram-out", metavar="FILE", help="write the DRAM image after the run")
+    p.add_argument("--check", action="store_true",
+                   help="also run fsim (and sim, for rtl) and compare the DRAM (and cycles)")
+    add_vcd_arguments(p, "the run")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_exec)
+
+
+def _initial_image(program: Any, args: argparse.Namespace) -> Any:
+    from accel.dram import Dram
+
+    dram = Dram()
+    for region in program.regions.values():
+        dram.add_region(region)
+    if args.dram_in is not None:
+        path = Path(args.dram_in)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read the DRAM image: {exc.strerror}") from None
+        if len(data) < dram.nbytes:
+            raise ValueError(f"{path}: the DRAM image has {len(data)} bytes; the program's "
+                             f"regions reach byte {dram.nbytes}")
+        dram = Dram(len(data))
+        dram.data[:] = np.frombuffer(data, dtype=np.uint8)
+        return dram
+    rng = np.random.default_rng(args.seed)
+    for name in program.regions:
+        if name != program.uop_region:
+            raw = dram.raw(name)
+            raw[:] = rng.integers(0, 256, raw.size, dtype=np.uint8)
+    return dram
+
+
+def _differences(got: np.ndarray, want: np.ndarray, regions: dict[str, Any]) -> str:
+    """Where two DRAM images differ, in words ('' when identical)."""
+    if got.shape == want.shape and np.array_equal(got, want):
+        return ""
+    if got.shape != want.shape:
+        return f"{got.size} bytes against {want.size}"
+    bad = np.flatnonzero(got != want)
+    first = int(bad[0])
+    where = next((f" (region {r.name!r})" for r in regions.values()
+                  if r.offset <= first < r.end), "")
+    return f"{bad.size} bytes differ, the first at byte {first}{where}"
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.partial")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"{path}: cannot write the DRAM image: {exc.strerror}") from None
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    """``accel exec``: run a program file; exit 1 when ``--check`` finds a difference."""
+    from accel.api import run_program
+    from accel.config import load_config
+    from accel.program import Program
+
+    dump = vcd_dump(args)
+    if args.backend != "rtl" and (args.engine != "auto" or args.max_cycles is not None):
+        raise ValueError("--engine and --max-cycles need --backend rtl")
+    if args.max_cycles is not None and args.max_cycles < 1:
+        raise ValueError(f"--max-cycles must be at least 1, not {args.max_cycles}")
+    if args.dram_out is not None and not Path(args.dram_out).parent.is_dir():
+        raise ValueError(f"{args.dram_out}: cannot write the DRAM image: no folder "
+                         f"{Path(args.dram_out).parent}")
+    cfg = load_config(args.config) if args.config else None
+    program = Program.load(args.program, config=cfg)
+    cfg = program.config
+    dram = _initial_image(program, args)
+    initial = dram.copy()
+    options: dict[str, Any] = {}
+    if args.backend == "rtl":
+        options = {"engine": args.engine, "max_cycles": args.max_cycles, "vcd": dump}
+    try:
+        result = run_program(program, dram, backend=args.backend, **options)
+    except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
+        raise ValueError(str(exc).splitlines()[0]) from None
+    out: dict[str, Any] = {"program": args.program, "config": cfg.name,
+                           "instructions": len(program.insns), **result.to_dict()}
+    failed = False
+    if args.check:
+        checks: dict[str, Any] = {}
+        if args.backend != "fsim":
+            ref = initial.copy()
+            run_program(program, ref, backend="fsim")
+            checks["dram_vs_fsim"] = _differences(dram.data, ref.data, program.regions) \
+                or "identical"
+        if args.backend == "rtl":
+            sim = run_program(program, initial.copy(), backend="sim")
+            checks["sim_cycles"] = sim.cycles
+        if args.backend == "fsim":
+            checks["note"] = "fsim is the reference: nothing to compare"
+        failed = checks.get("dram_vs_fsim", "identical") != "identical" or \
+            checks.get("sim_cycles", result.cycles) != result.cycles
+        out["check"] = checks
+    if args.dram_out is not None:
+        _write_atomically(Path(args.dram_out), dram.data.tobytes())
+    if args.json:
+        if dump is not None:
+            out["vcd"] = {"path": str(dump.path), "cycles": dump.covers(result.cycles)}
+        print(json.dumps(out, indent=2, default=str))
+        return 1 if failed else 0
+    _print_result(args, program, cfg, result, out.get("check"))
+    if dump is not None:
+        print(vcd_summary(dump, result.cycles, "the whole design"))
+    if args.dram_out is not None:
+        print(f"wrote {args.dram_out} ({dram.nbytes} bytes)")
+    return 1 if failed else 0
+
+
+def _print_result(args: argparse.Namespace, program: Any, cfg: Any, result: Any,
+                  checks: dict[str, Any] | None) -> None:
+    engine = result.stats.get("engine") if args.backend == "rtl" else None
+    on = args.backend + (f" ({engine})" if engine else "")
+    head = f"{args.program}: {len(program.insns)} instructions on {on}, {cfg.name}"
+    if result.cycles is None:
+        print(f"{head}: done (fsim counts no cycles)")
+    else:
+        print(f"{head}: {result.cycles:,} cycles = "
+              f"{result.cycles / (cfg.clock_mhz * 1000.0):.3f} ms at {cfg.clock_mhz:g} MHz")
+    stats = result.stats.to_dict()
+    scalars = {k: v for k, v in stats.items() if isinstance(v, int | float) and k != "cycles"}
+    if scalars:
+        print("  " + ", ".join(f"{k} {v:,.3g}" if isinstance(v, float) else f"{k} {v:,}"
+                               for k, v in scalars.items()))
+    if checks is None:
+        return
+    if "note" in checks:
+        print(f"check: {checks['note']}")
+        return
+    parts = [f"DRAM {'identical to' if checks['dram_vs_fsim'] == 'identical' else 'differs from'}"
+             f" fsim's" + ("" if checks["dram_vs_fsim"] == "identical"
+                           else f" ({checks['dram_vs_fsim']})")]
+    if "sim_cycles" in checks:
+        same = checks["sim_cycles"] == result.cycles
+        parts.append(f"cycles {'equal to' if same else 'differ from'} sim's "
+                     f"({checks['sim_cycles']:,})")
+    bad = checks["dram_vs_fsim"] != "identical" or checks.get("sim_cycles",
+                                                                 result.cycles) != result.cycles
+    print(("check: FAILED: " if bad else "check: ") + "; ".join(parts))
