@@ -148,7 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
     import accel
-    from accel.cli_exec import vcd_dump, vcd_summary
+    from accel.cli_exec import rtl_failure, vcd_dump, vcd_summary
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
 
@@ -178,10 +178,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         dumped = args.vcd_layer or next(iter(exe.compiled), None)
         if dumped is None:
             raise CliError(f"--vcd: no layer of {graph.name} runs on the accelerator")
-    outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
-                              trace=out_dir is not None and args.backend != "fsim",
-                              progress=_progress(sys.stderr),
-                              layer_options={dumped: {"vcd": dump}} if dumped else None)
+    try:
+        outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
+                                  trace=out_dir is not None and args.backend != "fsim",
+                                  progress=_progress(sys.stderr),
+                                  layer_options={dumped: {"vcd": dump}} if dumped else None)
+    except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
+        raise CliError(rtl_failure(exc)) from exc
     ran = time.perf_counter()
     print_report(report)
     if dump is not None:

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_VCD_CYCLES", "add_parsers", "add_vcd_arguments", "cmd_exec", "vcd_dump"]
+__all__ = ["DEFAULT_VCD_CYCLES", "add_parsers", "add_vcd_arguments", "cmd_exec", "rtl_failure",
+           "vcd_dump", "vcd_summary"]
 
 DEFAULT_VCD_CYCLES = "0:10000"
 """The cycles ``--vcd`` dumps without ``--vcd-cycles``: a whole-design dump of a GEMM running
@@ -63,6 +64,14 @@ def vcd_dump(args: argparse.Namespace) -> Any:
     if not dump.path.parent.is_dir():
         raise ValueError(f"{dump.path}: cannot write the VCD: no folder {dump.path.parent}")
     return dump
+
+
+def rtl_failure(exc: RuntimeError) -> str:
+    """A failed RTL run (a Verilator build, the cycle limit) in one line."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    more = len(lines) - 1
+    return lines[0].rstrip(":") + (f" (ACCEL_DEBUG=1 shows the {more} lines of log that "
+                                   "follow)" if more else "")
 
 
 def vcd_summary(dump: Any, cycles: int, what: str) -> str:
@@ -171,7 +180,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     try:
         result = run_program(program, dram, backend=args.backend, **options)
     except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
-        raise ValueError(str(exc).splitlines()[0]) from None
+        raise ValueError(rtl_failure(exc)) from exc
     out: dict[str, Any] = {"program": args.program, "config": cfg.name,
                            "instructions": len(program.insns), **result.to_dict()}
     failed = False

@@ -129,3 +129,20 @@ def test_run_dumps_one_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                      + r"\d+ \(\d+\.\d MB\)", out)
     assert "bit-exact with the numpy reference network" in out
     assert_window(vcd, VERILATOR_TOP, "TOP.clk", 1000, 1200)
+
+
+def test_a_failed_rtl_run_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A Verilator build that fails ends its message with the build log: the command line
+    shows the first line and says how to see the rest."""
+    import hw.backend
+
+    def failing_build(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("verilator build failed:\n%Error: design.v:1: x\nmake: *** [all]")
+
+    monkeypatch.setattr(hw.backend, "run_rtl", failing_build)
+    assert main(["run", "resnet18", "--config", "tiny", "--image-size", "32", "--backend",
+                 "rtl"]) == 2
+    assert capsys.readouterr().err == (
+        "accel: error: verilator build failed (ACCEL_DEBUG=1 shows the 2 lines of log that "
+        "follow)\n")
