@@ -61,8 +61,7 @@ def vcd_dump(args: argparse.Namespace) -> Any:
         raise ValueError(f"--vcd needs --backend rtl (the {args.backend} backend has no "
                          "waveforms)")
     dump = VcdDump.parse(args.vcd, args.vcd_cycles or DEFAULT_VCD_CYCLES)
-    if not dump.path.parent.is_dir():
-        raise ValueError(f"{dump.path}: cannot write the VCD: no folder {dump.path.parent}")
+    dump.check_folder()
     return dump
 
 

@@ -76,6 +76,11 @@ class VcdDump:
                              "0:10000 or 5000: (LAST excluded)") from None
         return cls(Path(path), first, last)
 
+    def check_folder(self) -> None:
+        """Raise ValueError unless the file's folder exists (checked before a long run)."""
+        if not self.path.parent.is_dir():
+            raise ValueError(f"{self.path}: cannot write the VCD: no folder {self.path.parent}")
+
     def covers(self, cycles: int) -> str:
         """The cycles of a run of ``cycles`` cycles that the dump holds, in words."""
         last = cycles if self.last is None else min(self.last, cycles)

@@ -121,8 +121,7 @@ def _vcd_dump(vcd: str | Path | VcdDump | None) -> VcdDump | None:
     if vcd is None:
         return None
     dump = vcd if isinstance(vcd, VcdDump) else VcdDump(Path(vcd))
-    if not dump.path.parent.is_dir():
-        raise ValueError(f"{dump.path}: cannot write the VCD: no folder {dump.path.parent}")
+    dump.check_folder()
     return dump
 
 
