@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers", "cmd_plot"]
+__all__ = ["add_parsers", "cmd_plot", "cmd_waveform"]
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Add ``plot`` to ``subparsers`` (an ``add_subparsers()`` result)."""
+    """Add ``plot`` and ``waveform`` to ``subparsers`` (an ``add_subparsers()`` result)."""
     from accel.plots import AREA_METRICS, KINDS
 
     p = subparsers.add_parser(
@@ -28,6 +28,38 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--max-cycles", type=int, default=None,
                    help="timeline window: only the first N cycles")
     p.set_defaults(func=cmd_plot)
+
+
+    p = subparsers.add_parser(
+        "waveform", help="draw signals of an RTL waveform dump (--vcd) as a PNG and SVG")
+    p.add_argument("vcd", help="a VCD file from accel exec/run --vcd or run_rtl")
+    p.add_argument("-s", "--signal", action="append", metavar="PATTERN",
+                   help="glob pattern of the signals to draw, such as '*.top.load.issue'; "
+                        "repeat for several (default: the modules' issue/retire, a token "
+                        "queue, the DRAM request and done)")
+    p.add_argument("--cycles", default="0:200", metavar="FIRST:LAST",
+                   help="the clock cycles to draw, counted from the dump's first rising edge "
+                        "(default 0:200)")
+    p.add_argument("--clock", default="*.top.clk", help="the clock's pattern (default %(default)s)")
+    p.add_argument("--out", default=".", help="output folder (default: the current one)")
+    p.set_defaults(func=cmd_waveform)
+
+
+def cmd_waveform(args: argparse.Namespace) -> int:
+    """Draw ``args.signal`` from the dump; print the files written."""
+    from accel.plots import WAVEFORM_SIGNALS, plot_waveform
+    from accel.waveform import VcdDump
+
+    window = VcdDump.parse(args.vcd, args.cycles)
+    out = Path(args.out)
+    if not out.is_dir():
+        raise ValueError(f"{out}: no such folder for the waveform")
+    cycles = (window.last - window.first) if window.last is not None else 1 << 62
+    for path in plot_waveform(Path(args.vcd), args.signal or list(WAVEFORM_SIGNALS), out,
+                              window.first, cycles, clock=args.clock,
+                              stem=Path(args.vcd).stem + "_waveform"):
+        print(f"wrote {path}")
+    return 0
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "PlotError", "pareto_front", "plot_all", "plot_pareto", "plot_roofline",
-           "plot_stalls", "plot_timeline", "plot_utilization", "plot_waveform"]
+__all__ = ["KINDS", "WAVEFORM_SIGNALS", "PlotError", "pareto_front", "plot_all", "plot_pareto",
+           "plot_roofline", "plot_stalls", "plot_timeline", "plot_utilization", "plot_waveform"]
 
 KINDS = ("utilization", "stalls", "roofline", "pareto", "timeline")
 MODULES = ("fetch", "load", "compute", "store")
@@ -400,6 +400,13 @@ def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None) -> list
                  + (f" (first {max_cycles:,} cycles)" if max_cycles else ""))
     ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     return _save(fig, out, "timeline")
+
+
+WAVEFORM_SIGNALS = ("*.top.load.issue", "*.top.load.retire", "*.top.compute.issue",
+                    "*.top.compute.retire", "*.top.store.issue", "*.top.store.retire",
+                    "*.top.l2c_token_queue.level", "*.top.dram__req__valid", "*.top.done")
+"""What ``accel waveform`` draws by default. The patterns match both engines' dumps: the
+design is ``bench.top`` in Amaranth's and ``TOP.accel_sim.top`` in Verilator's."""
 
 
 def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: int = 0,

@@ -129,6 +129,9 @@ def test_run_dumps_one_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str])
                      + r"\d+ \(\d+\.\d MB\)", out)
     assert "bit-exact with the numpy reference network" in out
     assert_window(vcd, VERILATOR_TOP, "TOP.clk", 1000, 1200)
+    # accel waveform's default signals are found in Verilator's dump too
+    assert main(["waveform", str(vcd), "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "layer_waveform.png").stat().st_size > 2000
 
 
 def test_a_failed_rtl_run_is_one_line(monkeypatch: pytest.MonkeyPatch,

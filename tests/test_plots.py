@@ -214,3 +214,24 @@ def test_waveform_renders(rtl_vcd: tuple[Path, int], tmp_path: Path) -> None:
     with pytest.raises(PlotError, match=r"run.vcd: the dump has \d+ clock cycles; cycle "
                                         r"100000 is past its end"):
         plot_waveform(path, ["*.top.done"], tmp_path, 100_000)
+
+
+def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.cli import main
+
+    path, _ = rtl_vcd
+    assert main(["waveform", str(path), "--out", str(tmp_path), "--cycles", "10:60"]) == 0
+    paths = [tmp_path / "run_waveform.png", tmp_path / "run_waveform.svg"]
+    assert capsys.readouterr().out.splitlines() == [f"wrote {p}" for p in paths]
+    _check_image(paths, "run_waveform")
+    svg = paths[1].read_text()
+    assert "waveform: run.vcd, cycles 10-60" in svg
+    for extra, message in [
+        (["-s", "*.top.nothing"], f"{path}: no signal matches *.top.nothing"),
+        (["--cycles", "x"], "VCD window 'x': expected FIRST:LAST in cycles"),
+        (["--out", str(tmp_path / "no")], f"{tmp_path}/no: no such folder for the waveform"),
+    ]:
+        assert main(["waveform", str(path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"accel: error: {message}") and err.count("\n") == 1, err
