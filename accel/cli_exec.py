@@ -4,6 +4,7 @@
 
     accel asm gemm.s -o gemm.bin
     accel exec gemm.bin --backend rtl --check            # DRAM as fsim's, cycles as sim's
+    accel exec gemm.s --trace gemm.json                  # assembly text too; a Perfetto trace
     accel exec gemm.bin --backend rtl --vcd gemm.vcd --vcd-cycles 0:500
     accel exec gemm.bin --dram-in inputs.bin --dram-out result.bin
 
@@ -85,7 +86,8 @@ def add_parsers(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "exec", help="run a binary program (accel asm) on fsim, sim or the RTL")
-    p.add_argument("program", help="binary program file")
+    p.add_argument("program", help="binary program file, or assembly text (.s, .asm: what "
+                                   "accel disasm prints)")
     p.add_argument("--config", help="config the program must have been built for")
     p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"])
     p.add_argument("--engine", default="auto", choices=ENGINES,
@@ -98,11 +100,26 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--dram-in", metavar="FILE",
                    help="start from this DRAM image (raw bytes) instead of random bytes")
     p.add_argument("--dram-out", metavar="FILE", help="write the DRAM image after the run")
+    p.add_argument("--trace", metavar="FILE",
+                   help="with --backend sim: write a Perfetto trace (Chrome JSON) of the run")
     p.add_argument("--check", action="store_true",
                    help="also run fsim (and sim, for rtl) and compare the DRAM (and cycles)")
     add_vcd_arguments(p, "the run")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_exec)
+
+
+def _load_program(path: Path, cfg: Any) -> Any:
+    """A binary program file, or assembly text when the name ends in .s or .asm."""
+    from accel.program import Program, assemble
+
+    if path.suffix not in (".s", ".asm"):
+        return Program.load(path, config=cfg)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read: {exc}") from None
+    return assemble(text, config=cfg, source=str(path))
 
 
 def _initial_image(program: Any, args: argparse.Namespace) -> Any:
@@ -158,18 +175,20 @@ def cmd_exec(args: argparse.Namespace) -> int:
     """``accel exec``: run a program file; exit 1 when ``--check`` finds a difference."""
     from accel.api import run_program
     from accel.config import load_config
-    from accel.program import Program
 
     dump = vcd_dump(args)
+    if args.trace is not None and args.backend != "sim":
+        raise ValueError(f"--trace needs --backend sim (the {args.backend} backend records "
+                         "no trace)")
+    for flag, path in (("--trace", args.trace), ("--dram-out", args.dram_out)):
+        if path is not None and not Path(path).parent.is_dir():
+            raise ValueError(f"{path}: cannot write {flag}: no folder {Path(path).parent}")
     if args.backend != "rtl" and (args.engine != "auto" or args.max_cycles is not None):
         raise ValueError("--engine and --max-cycles need --backend rtl")
     if args.max_cycles is not None and args.max_cycles < 1:
         raise ValueError(f"--max-cycles must be at least 1, not {args.max_cycles}")
-    if args.dram_out is not None and not Path(args.dram_out).parent.is_dir():
-        raise ValueError(f"{args.dram_out}: cannot write the DRAM image: no folder "
-                         f"{Path(args.dram_out).parent}")
     cfg = load_config(args.config) if args.config else None
-    program = Program.load(args.program, config=cfg)
+    program = _load_program(Path(args.program), cfg)
     cfg = program.config
     dram = _initial_image(program, args)
     initial = dram.copy()
@@ -177,7 +196,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.backend == "rtl":
         options = {"engine": args.engine, "max_cycles": args.max_cycles, "vcd": dump}
     try:
-        result = run_program(program, dram, backend=args.backend, **options)
+        result = run_program(program, dram, backend=args.backend,
+                             trace=args.trace is not None, **options)
     except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
         raise ValueError(rtl_failure(exc)) from exc
     out: dict[str, Any] = {"program": args.program, "config": cfg.name,
@@ -200,6 +220,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         out["check"] = checks
     if args.dram_out is not None:
         _write_atomically(Path(args.dram_out), dram.data.tobytes())
+    if args.trace is not None:
+        result.stats.write_trace(args.trace)
     if args.json:
         if dump is not None:
             out["vcd"] = {"path": str(dump.path), "cycles": dump.covers(result.cycles)}
@@ -210,6 +232,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         print(vcd_summary(dump, result.cycles, "the whole design"))
     if args.dram_out is not None:
         print(f"wrote {args.dram_out} ({dram.nbytes} bytes)")
+    if args.trace is not None:
+        print(f"wrote {args.trace} (open it at ui.perfetto.dev)")
     return 1 if failed else 0
 
 

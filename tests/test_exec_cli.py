@@ -45,6 +45,30 @@ def test_exec_on_amaranth_rtl_with_check_and_vcd(program_file: Path, tmp_path: P
     assert_window(vcd, AMARANTH_TOP, f"{AMARANTH_TOP}.clk", 40, 60)
 
 
+def test_exec_runs_assembly_text_and_writes_a_trace(program_file: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.program import Program, disassemble
+
+    source = tmp_path / "p.s"
+    source.write_text(disassemble(Program.load(program_file)))
+    trace = tmp_path / "t.json"
+    assert main(["exec", str(source), "--trace", str(trace), "--json"]) == 0
+    from_text = json.loads(capsys.readouterr().out)
+    assert main(["exec", str(program_file), "--json"]) == 0
+    from_binary = json.loads(capsys.readouterr().out)
+    assert from_text["cycles"] == from_binary["cycles"] == 129
+    assert from_text["stats"] == from_binary["stats"]
+    data = json.loads(trace.read_text())
+    assert data["otherData"]["cycles"] == 129
+    names = {e["args"]["name"] for e in data["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"load", "compute", "store"} <= names
+    source.write_text("LOAD nonsense\n")
+    assert main(["exec", str(source)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"accel: error: {source}:1: ") and err.count("\n") == 1, err
+
+
 def test_exec_dram_images_and_json(program_file: Path, tmp_path: Path, tiny: HwConfig,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     program, dram = small(tiny)
@@ -88,7 +112,11 @@ def test_exec_bad_input_is_one_line(program_file: Path, tmp_path: Path,
         (["--dram-in", str(tmp_path / "none.bin")],
          f"{tmp_path}/none.bin: cannot read the DRAM image: No such file or directory"),
         (["--dram-out", str(tmp_path / "no" / "o.bin")],
-         f"{tmp_path}/no/o.bin: cannot write the DRAM image: no folder {tmp_path}/no"),
+         f"{tmp_path}/no/o.bin: cannot write --dram-out: no folder {tmp_path}/no"),
+        (["--trace", str(tmp_path / "no" / "t.json")],
+         f"{tmp_path}/no/t.json: cannot write --trace: no folder {tmp_path}/no"),
+        (["--backend", "rtl", "--trace", str(tmp_path / "t.json")],
+         "--trace needs --backend sim (the rtl backend records no trace)"),
         (["--config", "default"], f"{program_file}: "),
         (["--backend", "rtl", "--engine", "amaranth", "--max-cycles", "20", "--dram-out",
           str(kept)], "the RTL did not finish within 20 cycles (deadlock?)"),
