@@ -37,9 +37,9 @@ def add_parsers(subparsers: Any) -> None:
                    help="glob pattern of the signals to draw, such as '*.top.load.issue'; "
                         "repeat for several (default: the modules' issue/retire, a token "
                         "queue, the DRAM request and done)")
-    p.add_argument("--cycles", default="0:200", metavar="FIRST:LAST",
-                   help="the clock cycles to draw, counted from the dump's first rising edge "
-                        "(default 0:200)")
+    p.add_argument("--cycles", default=None, metavar="FIRST:LAST",
+                   help="the program cycles to draw (read from the design's cycle counter, "
+                        "top.cycles, which both engines dump; default: the dump's first 200)")
     p.add_argument("--clock", default="*.top.clk", help="the clock's pattern (default %(default)s)")
     p.add_argument("--out", default=".", help="output folder (default: the current one)")
     p.set_defaults(func=cmd_waveform)
@@ -50,14 +50,18 @@ def cmd_waveform(args: argparse.Namespace) -> int:
     from accel.plots import WAVEFORM_SIGNALS, plot_waveform
     from accel.waveform import VcdDump
 
-    window = VcdDump.parse(args.vcd, args.cycles)
     out = Path(args.out)
     if not out.is_dir():
         raise ValueError(f"{out}: no such folder for the waveform")
-    cycles = (window.last - window.first) if window.last is not None else 1 << 62
+    first: int | None = None
+    cycles = 200
+    if args.cycles is not None:
+        window = VcdDump.parse(args.vcd, args.cycles)
+        first = window.first
+        cycles = (window.last - window.first) if window.last is not None else 1 << 62
     for path in plot_waveform(Path(args.vcd), args.signal or list(WAVEFORM_SIGNALS), out,
-                              window.first, cycles, clock=args.clock,
-                              stem=Path(args.vcd).stem + "_waveform"):
+                              first, cycles, clock=args.clock,
+                              stem=Path(args.vcd).stem + "_waveform", counter="*.top.cycles"):
         print(f"wrote {path}")
     return 0
 

@@ -404,37 +404,51 @@ def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None) -> list
 
 WAVEFORM_SIGNALS = ("*.top.load.issue", "*.top.load.retire", "*.top.compute.issue",
                     "*.top.compute.retire", "*.top.store.issue", "*.top.store.retire",
-                    "*.top.l2c_token_queue.level", "*.top.dram__req__valid", "*.top.done")
+                    "*.top.l2c_token_queue.level", "*.top.arbiter.dram__req__valid", "*.top.done")
 """What ``accel waveform`` draws by default. The patterns match both engines' dumps: the
-design is ``bench.top`` in Amaranth's and ``TOP.accel_sim.top`` in Verilator's."""
+design is ``bench.top`` in Amaranth's and ``TOP.accel_sim.top`` in Verilator's. The DRAM
+request is the arbiter's: Amaranth's writer gives the plain name ``top.dram__req__valid`` to the
+first signal of that name it meets (fetch's) and suffixes the port's."""
 
 
-def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: int = 0,
-                  cycles: int = 200, clock: str = "*.top.clk",
-                  stem: str = "waveform") -> list[Path]:
+def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: int | None = 0,
+                  cycles: int = 200, clock: str = "*.top.clk", stem: str = "waveform",
+                  counter: str | None = None) -> list[Path]:
     """A logic-analyser view of the signals of ``vcd`` matching ``patterns`` over
-    ``cycles`` clock cycles from ``first_cycle`` (cycles counted by ``clock``'s rising edges).
+    ``cycles`` clock cycles from ``first_cycle``.
+
+    Cycles are counted by ``clock``'s rising edges from the dump's first. With ``counter``, a
+    pattern of the design's cycle counter (``*.top.cycles``), they are program cycles instead
+    (:func:`accel.waveform.first_edge_cycle`), so a window dumped from cycle 5,000 on is drawn
+    at 5,000; a dump without such a signal keeps the edge count. ``first_cycle=None`` is the
+    dump's first cycle.
 
     One-bit signals are drawn as high/low traces; wider ones as a bus with its value (hex)
     written at each change.
     """
-    from accel.waveform import clock_edges, read_vcd
+    from accel.waveform import clock_edges, first_edge_cycle, read_vcd
 
     plt = _pyplot()
-    found = read_vcd(vcd, [clock, *patterns])
+    found = read_vcd(vcd, [clock, *patterns], optional=[counter] if counter else ())
     clk_name = next(n for n in found if _match(n, clock))
     edges = clock_edges(found[clk_name])
-    if len(edges) <= first_cycle:
-        raise PlotError(f"{vcd}: the dump has {len(edges)} clock cycles; cycle {first_cycle} "
-                        "is past its end")
-    last = min(first_cycle + cycles, len(edges) - 1)
-    names = [n for p in patterns for n in found if n != clk_name and _match(n, p)]
+    count = next((n for n in found if counter and _match(n, counter)), None)
+    offset = first_edge_cycle(edges, found[count]) if count else 0
+    first = offset if first_cycle is None else first_cycle
+    if first < offset:
+        raise PlotError(f"{vcd}: the dump starts at cycle {offset}; cycle {first} is before it")
+    if offset + len(edges) <= first:
+        raise PlotError(f"{vcd}: the dump has {len(edges)} clock cycles"
+                        + (f" from cycle {offset}" if offset else "")
+                        + f"; cycle {first} is past its end")
+    last = min(first + cycles, offset + len(edges) - 1)
+    names = [n for p in patterns for n in found if n not in (clk_name, count) and _match(n, p)]
     names = list(dict.fromkeys(names))  # pattern order, each signal once
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(names) + 1.4))
-    xs = list(range(first_cycle, last + 1))
+    xs = list(range(first, last + 1))
     for row, name in enumerate(names):
         # the settled value during each cycle: what the next rising edge samples
-        vs = _sample(found[name].changes, [edges[c + 1] - 1 for c in xs[:-1]])
+        vs = _sample(found[name].changes, [edges[c - offset + 1] - 1 for c in xs[:-1]])
         y0 = len(names) - 1 - row
         if found[name].width == 1:
             ax.step(xs, [y0 + (0.7 if v else 0.1) for v in [*vs, vs[-1]]], where="post",
@@ -444,17 +458,18 @@ def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: in
         for i, j in itertools.pairwise(runs):
             ax.fill_between([xs[i], xs[j]], y0 + 0.1, y0 + 0.7, color="tab:green", alpha=0.18,
                             linewidth=0.8, edgecolor="tab:green")
-            if j - i >= max(2, (last - first_cycle) / 60):
+            if j - i >= max(2, (last - first) / 60):
                 ax.text(xs[i] + 0.3, y0 + 0.4, "x" if vs[i] is None else f"{vs[i]:x}",
                         fontsize="xx-small", va="center")
-    short = [n.split(".", 2)[-1] if n.count(".") >= 2 else n for n in names]
+    # names below the design's top (bench.top.* / TOP.accel_sim.top.*), else the last parts
+    short = [n.split(".top.", 1)[1] if ".top." in n else n.split(".", 2)[-1] for n in names]
     ax.set_yticks([len(names) - 1 - r + 0.4 for r in range(len(names))], short,
                   fontsize="x-small")
-    ax.set_xlim(first_cycle, last)
+    ax.set_xlim(first, last)
     ax.set_ylim(-0.2, len(names))
-    ax.set_xlabel("clock cycle")
+    ax.set_xlabel("program cycle" if count else "clock cycle")
     ax.grid(True, axis="x", alpha=0.25)
-    ax.set_title(f"waveform: {Path(vcd).name}, cycles {first_cycle}-{last}")
+    ax.set_title(f"waveform: {Path(vcd).name}, cycles {first} to {last}")
     return _save(fig, out, stem)
 
 

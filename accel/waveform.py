@@ -16,10 +16,12 @@ scalar (``0!``) and vector (``b1010 !``) changes.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Signal", "VcdDump", "VcdError", "clock_edges", "read_vcd", "window_vcd"]
+__all__ = ["Signal", "VcdDump", "VcdError", "clock_edges", "first_edge_cycle", "read_vcd",
+           "window_vcd"]
 
 
 class VcdError(ValueError):
@@ -118,7 +120,7 @@ def _parse_value(text: str) -> int | None:
 
 
 def read_vcd(path: str | Path, patterns: list[str],
-             until: int | None = None) -> dict[str, Signal]:
+             until: int | None = None, optional: Sequence[str] = ()) -> dict[str, Signal]:
     """The signals of ``path`` whose dotted names match any of ``patterns`` (fnmatch).
 
     Parameters
@@ -130,6 +132,8 @@ def read_vcd(path: str | Path, patterns: list[str],
         at least one signal.
     until
         Stop reading after this time stamp (in the file's time unit).
+    optional
+        More patterns, which may match nothing.
 
     Raises
     ------
@@ -162,7 +166,7 @@ def read_vcd(path: str | Path, patterns: list[str],
                     if len(tokens) < 5:
                         raise VcdError(f"{path}:{lineno}: malformed $var declaration")
                     name = ".".join([*scope, tokens[4].lstrip("\\")])
-                    if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                    if any(fnmatch.fnmatchcase(name, p) for p in (*patterns, *optional)):
                         sig = Signal(name, int(tokens[2]))
                         signals.setdefault(name, sig)
                         wanted.setdefault(tokens[3], []).append(signals[name])
@@ -205,6 +209,20 @@ def clock_edges(clock: Signal) -> list[int]:
             edges.append(t)
         previous = v
     return edges
+
+
+def first_edge_cycle(edges: Sequence[int], counter: Signal) -> int:
+    """The program cycle of a dump's first rising edge, from the design's cycle counter.
+
+    The counter reads ``c`` from the edge that starts program cycle ``c`` on (in both engines'
+    dumps), so the first edge where it is above 0 gives the offset. A dump that ends before
+    cycle 1 counts from 0. Verilator's whole dumps start with two reset edges: cycle -2.
+    """
+    for k, t in enumerate(edges):
+        value = counter.value_at(t)
+        if value:
+            return value - k
+    return 0
 
 
 def window_vcd(src: str | Path, dst: str | Path, clock: str, first: int,

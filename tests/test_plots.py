@@ -226,7 +226,7 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
     assert capsys.readouterr().out.splitlines() == [f"wrote {p}" for p in paths]
     _check_image(paths, "run_waveform")
     svg = paths[1].read_text()
-    assert "waveform: run.vcd, cycles 10-60" in svg
+    assert "waveform: run.vcd, cycles 10 to 60" in svg
     for extra, message in [
         (["-s", "*.top.nothing"], f"{path}: no signal matches *.top.nothing"),
         (["--cycles", "x"], "VCD window 'x': expected FIRST:LAST in cycles"),

@@ -7,6 +7,7 @@ read ``a - 1`` at the first time stamp (the clock low before cycle ``a``'s edge)
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from pathlib import Path
 
@@ -18,7 +19,14 @@ from accel.config import HwConfig
 from accel.dram import Dram
 from accel.program import Program
 from accel.synthetic import pipelined_gemm
-from accel.waveform import VcdDump, VcdError, clock_edges, read_vcd, window_vcd
+from accel.waveform import (
+    VcdDump,
+    VcdError,
+    clock_edges,
+    first_edge_cycle,
+    read_vcd,
+    window_vcd,
+)
 from hw.backend import run_rtl
 from hw.verilator import available as verilator_available
 
@@ -192,3 +200,56 @@ def test_layer_options_name_accelerator_layers() -> None:
         exe.run(x, backend="sim", layer_options={cpu_layer: {}})
     with pytest.raises(ValueError, match=r"^backend 'fsim' has no option 'vcd'"):
         exe.run(x, backend="fsim", layer_options={"conv1": {"vcd": "w.vcd"}})
+
+
+# ------------------------------------------------------------------ drawing
+def per_cycle(path: Path, pattern: str, cycles: range) -> list[int | None]:
+    """A signal's settled value in each program cycle, as ``plot_waveform`` samples it."""
+    found = read_vcd(path, ["*.top.clk", "*.top.cycles", pattern])
+    clock = next(s for n, s in found.items() if n.endswith(".top.clk"))
+    edges = clock_edges(clock)
+    offset = first_edge_cycle(edges, next(s for n, s in found.items()
+                                          if n.endswith(".top.cycles")))
+    signal = next(s for n, s in found.items() if fnmatch.fnmatchcase(n, pattern))
+    return [signal.value_at(edges[c - offset + 1] - 1) for c in cycles]
+
+
+def test_waveform_counts_program_cycles_in_a_window(tiny: HwConfig, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.cli import main
+
+    program, dram = small(tiny)
+    path = tmp_path / "w.vcd"
+    run_rtl(program, dram, tiny, vcd=VcdDump(path, 40, 90), engine="amaranth")
+    assert main(["waveform", str(path), "--out", str(tmp_path)]) == 0
+    svg = (tmp_path / "w_waveform.svg").read_text()
+    assert "waveform: w.vcd, cycles 40 to 89" in svg and "program cycle" in svg
+    assert main(["waveform", str(path), "--cycles", "10:50"]) == 2
+    assert capsys.readouterr().err == \
+        f"accel: error: {path}: the dump starts at cycle 40; cycle 10 is before it\n"
+    assert main(["waveform", str(path), "--cycles", "95:99"]) == 2
+    assert capsys.readouterr().err == (f"accel: error: {path}: the dump has 50 clock cycles "
+                                       "from cycle 40; cycle 95 is past its end\n")
+
+
+@needs_verilator
+@pytest.mark.slow
+def test_engines_dump_the_same_waveforms(tiny: HwConfig, tmp_path: Path) -> None:
+    """``accel waveform``'s default signals hold the same value in every program cycle in
+    both engines' dumps, whole and windowed."""
+    from accel.plots import WAVEFORM_SIGNALS
+
+    dumps = {}
+    for engine in ("amaranth", "verilator"):
+        for first, last in ((0, None), (40, 90)):
+            program, dram = small(tiny)
+            path = tmp_path / f"{engine}-{first}.vcd"
+            run_rtl(program, dram, tiny, vcd=VcdDump(path, first, last), engine=engine)
+            dumps[engine, first] = path
+    for pattern in WAVEFORM_SIGNALS:
+        whole = per_cycle(dumps["amaranth", 0], pattern, range(128))
+        assert any(whole) or pattern == "*.top.done", pattern  # done rises as the run ends
+        assert per_cycle(dumps["verilator", 0], pattern, range(128)) == whole, pattern
+        for engine in ("amaranth", "verilator"):
+            assert per_cycle(dumps[engine, 40], pattern, range(40, 88)) == whole[40:88], \
+                (engine, pattern)
