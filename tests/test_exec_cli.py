@@ -13,6 +13,7 @@ from test_vcd_window import AMARANTH_TOP, VERILATOR_TOP, assert_window, needs_ve
 import accel
 from accel.cli import main
 from accel.config import HwConfig
+from accel.dram import Dram
 
 
 @pytest.fixture
@@ -177,3 +178,31 @@ def test_a_failed_rtl_run_is_one_line(monkeypatch: pytest.MonkeyPatch,
     assert capsys.readouterr().err == (
         "accel: error: verilator build failed (ACCEL_DEBUG=1 shows the 2 lines of log that "
         "follow)\n")
+
+
+def test_exec_check_reports_a_difference(program_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A backend whose DRAM or cycles differ from the references: exit status 1, and the
+    check line says where."""
+    import accel.api
+
+    real = accel.api.run_program
+    program = accel.program.Program.load(program_file)
+    out = program.regions["out"]
+
+    def off_by_one(program: object, dram: Dram, backend: str = "fsim", **kw: object) -> object:
+        result = real(program, dram, backend=backend, **kw)
+        if backend == "sim":
+            dram.data[out.offset + 3] ^= 1
+            result.cycles += 1
+        return result
+
+    monkeypatch.setattr(accel.api, "run_program", off_by_one)
+    assert main(["exec", str(program_file), "--check"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "check: FAILED: DRAM differs from fsim's (1 bytes differ, the first at byte "
+        f"{out.offset + 3} (region 'out'))")
+    assert main(["exec", str(program_file), "--backend", "rtl", "--engine", "amaranth",
+                 "--check"]) == 1
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "check: FAILED: DRAM identical to fsim's; cycles differ from sim's (130)"
