@@ -35,8 +35,8 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("vcd", help="a VCD file from accel exec/run --vcd or run_rtl")
     p.add_argument("-s", "--signal", action="append", metavar="PATTERN",
                    help="glob pattern of the signals to draw, such as '*.top.load.issue'; "
-                        "repeat for several (default: the modules' issue/retire, a token "
-                        "queue, the DRAM request and done)")
+                        "repeat for several, up to 64 signals in all (default: the modules' "
+                        "issue/retire, a token queue, the DRAM request and done)")
     p.add_argument("--cycles", default=None, metavar="FIRST:LAST",
                    help="the program cycles to draw (read from the design's cycle counter, "
                         "top.cycles, which both engines dump; default: the dump's first 200)")

@@ -411,6 +411,10 @@ request is the arbiter's: Amaranth's writer gives the plain name ``top.dram__req
 first signal of that name it meets (fetch's) and suffixes the port's."""
 
 
+WAVEFORM_MAX_SIGNALS = 64
+"""``plot_waveform`` draws at most this many signals (a row of 0.45 inch each)."""
+
+
 def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: int | None = 0,
                   cycles: int = 200, clock: str = "*.top.clk", stem: str = "waveform",
                   counter: str | None = None) -> list[Path]:
@@ -444,6 +448,9 @@ def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: in
     last = min(first + cycles, offset + len(edges) - 1)
     names = [n for p in patterns for n in found if n not in (clk_name, count) and _match(n, p)]
     names = list(dict.fromkeys(names))  # pattern order, each signal once
+    if len(names) > WAVEFORM_MAX_SIGNALS:
+        raise PlotError(f"{vcd}: {len(names)} signals match {', '.join(patterns)}; at most "
+                        f"{WAVEFORM_MAX_SIGNALS} fit one plot: narrow the patterns")
     fig, ax = plt.subplots(figsize=(11, 0.45 * len(names) + 1.4))
     xs = list(range(first, last + 1))
     for row, name in enumerate(names):

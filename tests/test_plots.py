@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +232,10 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
         (["-s", "*.top.nothing"], f"{path}: no signal matches *.top.nothing"),
         (["--cycles", "x"], "VCD window 'x': expected FIRST:LAST in cycles"),
         (["--out", str(tmp_path / "no")], f"{tmp_path}/no: no such folder for the waveform"),
+        (["-s", "*.top.*"], f"{path}: "),
     ]:
         assert main(["waveform", str(path), *extra]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"accel: error: {message}") and err.count("\n") == 1, err
+    assert re.fullmatch(r"accel: error: .*run\.vcd: \d+ signals match \*\.top\.\*; at most 64 "
+                        r"fit one plot: narrow the patterns\n", err)
