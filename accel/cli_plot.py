@@ -29,7 +29,6 @@ def add_parsers(subparsers: Any) -> None:
                    help="timeline window: only the first N cycles")
     p.set_defaults(func=cmd_plot)
 
-
     p = subparsers.add_parser(
         "waveform", help="draw signals of an RTL waveform dump (--vcd) as a PNG and SVG")
     p.add_argument("vcd", help="a VCD file from accel exec/run --vcd or run_rtl")
