@@ -17,7 +17,7 @@ from accel.dram import Dram
 from accel.isa import AluOp, MemType
 from accel.program import Program
 
-__all__ = ["pipelined_gemm"]
+__all__ = ["gemm_tile", "pipelined_gemm"]
 
 
 def pipelined_gemm(
@@ -89,5 +89,62 @@ def pipelined_gemm(
         b.store(sram_base=t * pixels, dram_base=out_addr + i * pixels, x_size=pixels,
                 x_stride=pixels, pop_prev=True,
                 push_prev=i < iterations - distance or i == iterations - 1)
+    b.finish(pop_next=True)
+    return b.build()
+
+
+def gemm_tile(
+    cfg: HwConfig,
+    repeats: int,
+    inner: int = 64,
+    pixels: int = 16,
+    in_blocks: int = 4,
+    seed: int = 0,
+) -> tuple[Program, Dram]:
+    """One output tile's GEMM: load once, then ``repeats`` GEMMs of ``pixels * in_blocks *
+    inner`` micro-ops each, requantise (SHR, MAX, MIN) and store.
+
+    Each GEMM accumulates the ``pixels`` outputs over the ``in_blocks`` input blocks (the outer
+    loop) ``inner`` times over (the inner loop, all its factors 0), so the compute module runs
+    one micro-op a cycle for ``repeats * pixels * in_blocks * inner`` cycles while load and
+    store wait: the workload whose speed the RTL issue names ("cycles/s on a GEMM tile").
+
+    Raises
+    ------
+    ValueError
+        ``repeats`` or ``inner`` is out of range, or the tile does not fit the buffers.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    top = (1 << cfg.isa.iter_bits) - 1
+    if not 1 <= inner <= top or in_blocks > top:
+        raise ValueError(f"inner must be 1..{top} and in_blocks at most {top}, "
+                         f"got {inner} and {in_blocks}")
+    inp_tiles = pixels * in_blocks
+    if inp_tiles > cfg.inp_depth or in_blocks > cfg.wgt_depth or pixels > cfg.acc_depth \
+            or pixels > cfg.uop_depth:
+        raise ValueError(f"{pixels} pixels x {in_blocks} blocks do not fit the buffers of "
+                         f"{cfg.name}")
+    rng = np.random.default_rng(seed)
+    b = ProgramBuilder(cfg)
+    inp = b.tensor("inp", rng.integers(-128, 128, (inp_tiles, cfg.batch, cfg.block_in),
+                                       dtype=np.int8))
+    wgt = b.tensor("wgt", rng.integers(-128, 128, (in_blocks, cfg.block_out, cfg.block_in),
+                                       dtype=np.int8))
+    out = b.buffer("out", pixels * cfg.out_tile_bytes, cfg.out_tile_bytes)
+    bgn, end = b.uops((p, p, 0) for p in range(pixels))
+    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=end, x_stride=end)
+    b.load(MemType.INP, sram_base=0, dram_base=inp, x_size=inp_tiles, x_stride=inp_tiles)
+    b.load(MemType.WGT, sram_base=0, dram_base=wgt, x_size=in_blocks, x_stride=in_blocks,
+           push_next=True)
+    b.gemm(reset=True, uop_bgn=bgn, uop_end=end, pop_prev=True)
+    for _ in range(repeats):
+        b.gemm(uop_bgn=bgn, uop_end=end, iter_out=in_blocks, iter_in=inner,
+               src_factor_out=pixels, wgt_factor_out=1)
+    b.alu(AluOp.SHR, uop_bgn=bgn, uop_end=end, use_imm=True, imm=8)
+    b.alu(AluOp.MAX, uop_bgn=bgn, uop_end=end, use_imm=True, imm=-128)
+    b.alu(AluOp.MIN, uop_bgn=bgn, uop_end=end, use_imm=True, imm=127, push_next=True)
+    b.store(sram_base=0, dram_base=out, x_size=pixels, x_stride=pixels, pop_prev=True,
+            push_prev=True)
     b.finish(pop_next=True)
     return b.build()

@@ -1,16 +1,24 @@
 """RTL simulation speed on Amaranth's simulator and on Verilator, and Verilog size.
 
-Runs the synthetic load / GEMM / ALU / store pipeline (``accel.synthetic.pipelined_gemm``) on
-the RTL of each config with both engines and prints simulated cycles per wall-clock second
-(median of ``--repeats`` runs), end to end through ``run_rtl`` (elaboration, DRAM image,
-process start) and in the simulator alone; the Verilator model's one-off build time is printed
-apart. Verilator runs 10,000 iterations by default (2.0-2.8 million cycles), so that the
-process start and the DRAM image's round trip are a small part of its figure. Every run is
-checked: DRAM identical to the functional simulator, cycles identical to the timing simulator.
-Then the line count of the generated Verilog of every shipped config.
+Two workloads, each run on the RTL of each config with both engines; prints simulated cycles per
+wall-clock second (median of ``--repeats`` runs), end to end through ``run_rtl`` (elaboration,
+DRAM image, process start) and in the simulator alone; the Verilator model's one-off build time
+is printed apart.
 
-    python benchmarks/rtl_speed.py [--configs tiny default] [--amaranth-iterations 12]
-                                   [--verilator-iterations 10000] [--repeats 3]
+- ``pipelined``: ``accel.synthetic.pipelined_gemm``, the load / GEMM / ALU / store pipeline of a
+  tiled convolution, every module busy. Verilator runs 10,000 iterations (2.0-2.8 million
+  cycles), so that the process start and the DRAM image's round trip are a small part of it.
+- ``gemm_tile``: ``accel.synthetic.gemm_tile``, one tile's GEMM (64 x 16 x 4 micro-ops a
+  repeat, one a cycle) with load and store idle: the figure the RTL issue names. Verilator
+  runs 500 repeats (2.05 million cycles).
+
+Every run is checked: DRAM identical to the functional simulator, cycles identical to the
+timing simulator. Then the line count of the generated Verilog of every shipped config.
+
+    python benchmarks/rtl_speed.py [--configs tiny default] [--workloads pipelined gemm_tile]
+                                   [--amaranth-iterations 12] [--verilator-iterations 10000]
+                                   [--amaranth-repeats-tile 1] [--verilator-repeats-tile 500]
+                                   [--repeats 3]
 """
 
 from __future__ import annotations
@@ -23,14 +31,17 @@ import time
 import numpy as np
 
 from accel import load_config, run_program, shipped_configs
-from accel.synthetic import pipelined_gemm
+from accel.synthetic import gemm_tile, pipelined_gemm
 from hw.backend import run_rtl
 from hw.verilator import available as verilator_available
 
+# Each takes the config and a size: pipelined_gemm's iterations, gemm_tile's repeats.
+WORKLOADS = {"pipelined": pipelined_gemm, "gemm_tile": gemm_tile}
 
-def measure(cfg_name: str, engine: str, iterations: int, repeats: int) -> bool:
+
+def measure(cfg_name: str, workload: str, engine: str, size: int, repeats: int) -> bool:
     cfg = load_config(cfg_name)
-    program, dram = pipelined_gemm(cfg, iterations)
+    program, dram = WORKLOADS[workload](cfg, size)
     reference = dram.copy()
     run_program(program, reference, backend="fsim")
     sim_cycles = run_program(program, dram.copy(), backend="sim").cycles
@@ -43,12 +54,13 @@ def measure(cfg_name: str, engine: str, iterations: int, repeats: int) -> bool:
         walls.append(time.perf_counter() - start)
         engine_walls.append(stats["wall_s"])
         if not np.array_equal(image.data, reference.data) or cycles != sim_cycles:
-            print(f"check FAILED on {cfg_name}/{engine}: cycles {cycles} vs sim {sim_cycles}",
-                  file=sys.stderr)
+            print(f"check FAILED on {cfg_name}/{workload}/{engine}: cycles {cycles} vs sim "
+                  f"{sim_cycles}", file=sys.stderr)
             return False
     wall = statistics.median(walls)
     engine_wall = statistics.median(engine_walls)
-    print(f"{cfg_name:<12} {engine:<10} {len(program.insns):>6} insns {cycles:>9} cycles  "
+    print(f"{cfg_name:<12} {workload:<10} {engine:<10} {len(program.insns):>6} insns "
+          f"{cycles:>9} cycles  "
           f"wall {wall:8.3f} s  {cycles / wall:>12,.0f} cycles/s "
           f"({cycles / engine_wall:,.0f} in the simulator alone)")
     return True
@@ -59,16 +71,26 @@ def main() -> int:
     parser.add_argument("--configs", nargs="+", default=["tiny", "default"])
     parser.add_argument("--amaranth-iterations", type=int, default=12)
     parser.add_argument("--verilator-iterations", type=int, default=10000)
+    parser.add_argument("--amaranth-repeats-tile", type=int, default=1)
+    parser.add_argument("--verilator-repeats-tile", type=int, default=500)
+    parser.add_argument("--workloads", nargs="+", choices=sorted(WORKLOADS),
+                        default=["pipelined", "gemm_tile"])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     ok = True
-    engines = [("amaranth", args.amaranth_iterations)]
+    sizes = {
+        ("pipelined", "amaranth"): args.amaranth_iterations,
+        ("pipelined", "verilator"): args.verilator_iterations,
+        ("gemm_tile", "amaranth"): args.amaranth_repeats_tile,
+        ("gemm_tile", "verilator"): args.verilator_repeats_tile,
+    }
+    engines = ["amaranth"]
     have_verilator = verilator_available()
     if have_verilator:
         from hw.verilator import build_model, find_verilator
 
         tool = find_verilator()
-        engines.append(("verilator", args.verilator_iterations))
+        engines.append("verilator")
         print(f"verilator: {tool.version} ({tool.command})")
     else:
         print("verilator not installed: Verilator figures skipped")
@@ -78,8 +100,9 @@ def main() -> int:
             build_model(load_config(name))
             print(f"{name:<12} verilator  model ready in {time.perf_counter() - start:.1f} s "
                   f"(build, or cache hit)")
-        for engine, iterations in engines:
-            ok &= measure(name, engine, iterations, args.repeats)
+        for workload in args.workloads:
+            for engine in engines:
+                ok &= measure(name, workload, engine, sizes[workload, engine], args.repeats)
     from hw.export import verilog_text
 
     for name in shipped_configs():
