@@ -107,7 +107,7 @@ def gemm_tile(
     Each GEMM accumulates the ``pixels`` outputs over the ``in_blocks`` input blocks (the outer
     loop) ``inner`` times over (the inner loop, all its factors 0), so the compute module runs
     one micro-op a cycle for ``repeats * pixels * in_blocks * inner`` cycles while load and
-    store wait: the workload whose speed the RTL issue names ("cycles/s on a GEMM tile").
+    store wait: an RTL simulator's speed "on a GEMM tile" (``benchmarks/rtl_speed.py``).
 
     Raises
     ------

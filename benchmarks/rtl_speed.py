@@ -9,8 +9,8 @@ is printed apart.
   tiled convolution, every module busy. Verilator runs 10,000 iterations (2.0-2.8 million
   cycles), so that the process start and the DRAM image's round trip are a small part of it.
 - ``gemm_tile``: ``accel.synthetic.gemm_tile``, one tile's GEMM (64 x 16 x 4 micro-ops a
-  repeat, one a cycle) with load and store idle: the figure the RTL issue names. Verilator
-  runs 500 repeats (2.05 million cycles).
+  repeat, one a cycle) with load and store idle: the speed "on a GEMM tile". Verilator runs
+  500 repeats (2.05 million cycles).
 
 Every run is checked: DRAM identical to the functional simulator, cycles identical to the
 timing simulator. Then the line count of the generated Verilog of every shipped config.
