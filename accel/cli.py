@@ -61,15 +61,10 @@ def cmd_config_list(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- programs
 def cmd_asm(args: argparse.Namespace) -> int:
-    from accel.program import assemble
+    from accel.program import assemble_file
 
-    path = Path(args.source)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"{path}: cannot read: {exc}") from None
     cfg = _config(args.config) if args.config else None
-    program = assemble(text, config=cfg, source=str(path))
+    program = assemble_file(args.source, config=cfg)
     program.validate()
     program.save(args.output)
     print(f"{args.output}: {len(program.insns)} instructions, {len(program.uops)} micro-ops "

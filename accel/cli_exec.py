@@ -111,15 +111,11 @@ def add_parsers(subparsers: Any) -> None:
 
 def _load_program(path: Path, cfg: Any) -> Any:
     """A binary program file, or assembly text when the name ends in .s or .asm."""
-    from accel.program import Program, assemble
+    from accel.program import Program, assemble_file
 
     if path.suffix not in (".s", ".asm"):
         return Program.load(path, config=cfg)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read: {exc}") from None
-    return assemble(text, config=cfg, source=str(path))
+    return assemble_file(path, config=cfg)
 
 
 def _initial_image(program: Any, args: argparse.Namespace) -> Any:

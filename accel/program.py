@@ -67,6 +67,7 @@ __all__ = [
     "ProgramFormatError",
     "Region",
     "assemble",
+    "assemble_file",
     "disassemble",
 ]
 
@@ -640,6 +641,22 @@ def assemble(text: str, config: HwConfig | None = None, source: str = "<asm>") -
     except EncodeError as exc:
         raise AsmError(f"{source}: {exc}") from None
     return Program(cfg, insns, uop_arr, regions, uop_region, meta)
+
+
+def assemble_file(path: str | Path, config: HwConfig | None = None) -> Program:
+    """:func:`assemble` the UTF-8 text of ``path`` (errors name the file and line).
+
+    Raises
+    ------
+    AsmError
+        The file cannot be read, or its text does not assemble.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AsmError(f"{path}: cannot read: {exc}") from None
+    return assemble(text, config=config, source=str(path))
 
 
 def _parse_region(body: str, where: str) -> dict[str, Region]:
