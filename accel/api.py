@@ -5,77 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from accel.config import HwConfig, load_config
-from accel.dram import Dram
-from accel.program import Program, ProgramError
+from accel.machine.config import HwConfig, load_config
+from runtime.backends import RunResult, run_program
 
 __all__ = ["Report", "RunResult", "add", "compile", "conv2d", "load_model", "matmul",
            "run_program", "sample_inputs"]
 
-
-
-@dataclass
-class RunResult:
-    """What ``run_program`` returns: the DRAM image after the run and the backend's counters.
-
-    ``cycles`` is None on the functional backend, which has no notion of time.
-    """
-
-    dram: Dram
-    backend: str
-    stats: Any
-    cycles: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "cycles": self.cycles, "stats": self.stats.to_dict()}
-
-
-def run_program(
-    program: Program,
-    dram: Dram,
-    config: HwConfig | str | None = None,
-    backend: str = "fsim",
-    trace: bool = False,
-    **options: Any,
-) -> RunResult:
-    """Run ``program`` on ``dram`` (modified in place) with the chosen backend.
-
-    Parameters
-    ----------
-    program
-        The program; its regions are added to ``dram`` and its micro-ops written there.
-    dram
-        The DRAM image holding the program's input tensors.
-    config
-        The hardware; defaults to the program's own config and must equal it when given.
-    backend
-        A registered backend (:mod:`runtime.backends`): ``"fsim"`` (functional only),
-        ``"sim"`` (functional + timing: ``cycles`` and a :class:`sim.stats.SimStats`) or
-        ``"rtl"`` (the Amaranth RTL).
-    trace
-        With ``"sim"``: also record queue and DRAM counters for ``stats.write_trace``.
-    options
-        Options of the backend (``BackendCaps.options``): with ``"rtl"``, ``vcd`` (a path or an
-        :class:`accel.waveform.VcdDump`), ``engine`` and ``max_cycles``, as
-        :func:`hw.backend.run_rtl` takes them.
-
-    Raises
-    ------
-    ValueError
-        Unknown or unavailable backend, or an option it does not take.
-    ProgramError
-        An invalid program, a deadlock, or tokens left at FINISH.
-    """
-    from runtime.backends import backend as find_backend
-
-    cfg = program.config if config is None else (
-        config if isinstance(config, HwConfig) else load_config(config))
-    if cfg != program.config:
-        raise ProgramError(f"program was built for config {program.config.name}, not {cfg.name}")
-    device = find_backend(backend)
-    device.caps.check_options(options)
-    stats, cycles = device.run(program, dram, cfg, trace, **options)
-    return RunResult(dram=dram, backend=backend, stats=stats, cycles=cycles)
 
 
 # ---------------------------------------------------------------------- operators
@@ -115,7 +50,7 @@ class Report:
 
 
 def _report(result: RunResult, compiled: Any, macs: int) -> Report:
-    from runtime.backends import backend as find_backend
+    from runtime.backends import find_backend
 
     caps = find_backend(result.backend).caps
     stats = result.stats

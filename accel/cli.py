@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from accel.config import HwConfig, load_config, shipped_configs
+from accel.machine.config import HwConfig, load_config, shipped_configs
 
 __all__ = ["main"]
 
@@ -61,7 +61,7 @@ def cmd_config_list(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- programs
 def cmd_asm(args: argparse.Namespace) -> int:
-    from accel.program import assemble_file
+    from accel.machine.program import assemble_file
 
     cfg = _config(args.config) if args.config else None
     program = assemble_file(args.source, config=cfg)
@@ -73,7 +73,7 @@ def cmd_asm(args: argparse.Namespace) -> int:
 
 
 def cmd_disasm(args: argparse.Namespace) -> int:
-    from accel.program import Program, disassemble
+    from accel.machine.program import Program, disassemble
 
     cfg = _config(args.config) if args.config else None
     program = Program.load(args.program, config=cfg)

@@ -44,7 +44,7 @@ def add_vcd_arguments(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def vcd_dump(args: argparse.Namespace) -> Any:
-    """The :class:`accel.waveform.VcdDump` that ``--vcd``/``--vcd-cycles`` ask for, or None.
+    """The :class:`hw.waveform.VcdDump` that ``--vcd``/``--vcd-cycles`` ask for, or None.
 
     Raises
     ------
@@ -52,7 +52,7 @@ def vcd_dump(args: argparse.Namespace) -> Any:
         ``--vcd-cycles`` without ``--vcd``, ``--vcd`` on a backend other than ``rtl``, a
         malformed window, or a folder that does not exist.
     """
-    from accel.waveform import VcdDump
+    from hw.waveform import VcdDump
 
     if args.vcd is None:
         if args.vcd_cycles is not None:
@@ -111,7 +111,7 @@ def add_parsers(subparsers: Any) -> None:
 
 def _load_program(path: Path, cfg: Any) -> Any:
     """A binary program file, or assembly text when the name ends in .s or .asm."""
-    from accel.program import Program, assemble_file
+    from accel.machine.program import Program, assemble_file
 
     if path.suffix not in (".s", ".asm"):
         return Program.load(path, config=cfg)
@@ -119,7 +119,7 @@ def _load_program(path: Path, cfg: Any) -> Any:
 
 
 def _initial_image(program: Any, args: argparse.Namespace) -> Any:
-    from accel.dram import Dram
+    from accel.machine.dram import Dram
 
     dram = Dram()
     for region in program.regions.values():
@@ -167,8 +167,8 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 def cmd_exec(args: argparse.Namespace) -> int:
     """``accel exec``: run a program file; exit 1 when ``--check`` finds a difference."""
-    from accel.api import run_program
-    from accel.config import load_config
+    from accel.machine.config import load_config
+    from runtime.backends import run_program
 
     dump = vcd_dump(args)
     if args.trace is not None and args.backend != "sim":

@@ -47,7 +47,7 @@ def add_parsers(subparsers: Any) -> None:
 def cmd_waveform(args: argparse.Namespace) -> int:
     """Draw ``args.signal`` from the dump; print the files written."""
     from accel.plots import WAVEFORM_SIGNALS, plot_waveform
-    from accel.waveform import VcdDump
+    from hw.waveform import VcdDump
 
     out = Path(args.out)
     if not out.is_dir():

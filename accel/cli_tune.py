@@ -151,7 +151,7 @@ class _Progress:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from accel.config import load_config
+    from accel.machine.config import load_config
     from compiler.errors import LoweringError
     from compiler.tune import TuningLog, make_task, make_tuner
     from runtime.tuning import SimMeasure

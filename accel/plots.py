@@ -423,14 +423,14 @@ def plot_waveform(vcd: Path, patterns: Sequence[str], out: Path, first_cycle: in
 
     Cycles are counted by ``clock``'s rising edges from the dump's first. With ``counter``, a
     pattern of the design's cycle counter (``*.top.cycles``), they are program cycles instead
-    (:func:`accel.waveform.first_edge_cycle`), so a window dumped from cycle 5,000 on is drawn
+    (:func:`hw.waveform.first_edge_cycle`), so a window dumped from cycle 5,000 on is drawn
     at 5,000; a dump without such a signal keeps the edge count. ``first_cycle=None`` is the
     dump's first cycle.
 
     One-bit signals are drawn as high/low traces; wider ones as a bus with its value (hex)
     written at each change.
     """
-    from accel.waveform import clock_edges, first_edge_cycle, read_vcd
+    from hw.waveform import clock_edges, first_edge_cycle, read_vcd
 
     plt = _pyplot()
     found = read_vcd(vcd, [clock, *patterns], optional=[counter] if counter else ())

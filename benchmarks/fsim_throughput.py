@@ -24,15 +24,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 try:
-    from accel.builder import ProgramBuilder
+    from accel.machine.builder import ProgramBuilder
 except ImportError:  # not installed: run from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from accel.builder import ProgramBuilder
+    from accel.machine.builder import ProgramBuilder
 
-from accel.config import HwConfig, load_config
-from accel.dram import Dram
-from accel.isa import MemType
-from accel.program import Program
+from accel.machine.config import HwConfig, load_config
+from accel.machine.dram import Dram
+from accel.machine.isa import MemType
+from accel.machine.program import Program
 from sim.functional import FunctionalSimulator
 
 

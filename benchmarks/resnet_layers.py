@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import accel
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.ops.compiled import cache_clear
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
 from compiler.ops.heuristic import default_conv2d_knobs, estimate_conv2d_cycles, knob_candidates

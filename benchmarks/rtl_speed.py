@@ -5,10 +5,10 @@ wall-clock second (median of ``--repeats`` runs), end to end through ``run_rtl``
 DRAM image, process start) and in the simulator alone; the Verilator model's one-off build time
 is printed apart.
 
-- ``pipelined``: ``accel.synthetic.pipelined_gemm``, the load / GEMM / ALU / store pipeline of a
-  tiled convolution, every module busy. Verilator runs 10,000 iterations (2.0-2.8 million
-  cycles), so that the process start and the DRAM image's round trip are a small part of it.
-- ``gemm_tile``: ``accel.synthetic.gemm_tile``, one tile's GEMM (64 x 16 x 4 micro-ops a
+- ``pipelined``: ``accel.testing.synthetic.pipelined_gemm``, the load / GEMM / ALU / store
+  pipeline of a tiled convolution, every module busy. Verilator runs 10,000 iterations (2.0-2.8
+  million cycles), so that the process start and the DRAM image's round trip are a small part of it.
+- ``gemm_tile``: ``accel.testing.synthetic.gemm_tile``, one tile's GEMM (64 x 16 x 4 micro-ops a
   repeat, one a cycle) with load and store idle: the speed "on a GEMM tile". Verilator runs
   500 repeats (2.05 million cycles).
 
@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from accel import load_config, run_program, shipped_configs
-from accel.synthetic import gemm_tile, pipelined_gemm
+from accel.testing.synthetic import gemm_tile, pipelined_gemm
 from hw.backend import run_rtl
 from hw.verilator import available as verilator_available
 

@@ -1,7 +1,7 @@
 """Timing-simulator speed and the cycles that latency hiding saves.
 
 Runs a synthetic ~10,000-instruction pipeline (loads, GEMMs, ALU ops, stores; see
-``accel.synthetic.pipelined_gemm``) through the SimPy timing simulator and prints
+``accel.testing.synthetic.pipelined_gemm``) through the SimPy timing simulator and prints
 
 - instructions per wall-clock second and simulated cycles per wall-clock second (median of
   ``--repeats`` runs, each on a fresh DRAM image; program building is not timed);
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from accel import load_config, run_program
-from accel.synthetic import pipelined_gemm
+from accel.testing.synthetic import pipelined_gemm
 from sim.timing import TimingSimulator
 
 

@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from accel.cache import code_version
 from accel.cli_tune import parse_layers
-from accel.config import load_config
+from accel.machine.cache import code_version
+from accel.machine.config import load_config
 from compiler.ops.workloads import resnet18_layer
 from compiler.tune import TuningLog, make_task, make_tuner
 from compiler.tune.task import Task

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from accel.config import HwConfig
-from accel.program import Program
+from accel.machine.config import HwConfig
+from accel.machine.program import Program
 from compiler.codegen import codegen
 from compiler.lower import lower
 from compiler.passes import PASSES, Pass

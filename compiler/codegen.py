@@ -1,4 +1,4 @@
-"""Code generation: the hardware-level IR becomes an :class:`accel.isa.Program`.
+"""Code generation: the hardware-level IR becomes an :class:`accel.machine.isa.Program`.
 
 The IR is walked with concrete loop values (the ISA has no branches, so every loop is unrolled
 into the instruction stream):
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import (
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
+from accel.machine.isa import (
     DEP_QUEUES,
     AluInsn,
     FinishInsn,
@@ -37,7 +37,7 @@ from accel.isa import (
     TokenQueue,
     module_of,
 )
-from accel.program import Program, Region
+from accel.machine.program import Program, Region
 from compiler.errors import LoweringError
 from compiler.passes.uops import UopKernel, hw_factors, kernel_uops, uop_refs
 from compiler.te import Expr, Var, walk

@@ -3,7 +3,7 @@ emit the IR statement once the loop nest has been matched against it."""
 
 from __future__ import annotations
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.schedule import Intrinsic
 from compiler.te import compute, placeholder, reduce_axis, sum
 from compiler.tir import Gemm, TileRef

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from accel.isa import AluOp, MemType, Module, TokenQueue
+from accel.machine.isa import AluOp, MemType, Module, TokenQueue
 from compiler.schedule import Pragma
 from compiler.te import BinOp, Cast, Cmp, Expr, IntImm, Select, Var, walk
 

@@ -10,11 +10,11 @@ from typing import Any
 
 from amaranth.sim import Simulator
 
-from accel.config import HwConfig
-from accel.waveform import VcdDump, window_vcd
-from hw.backend import RtlRun
+from accel.machine.config import HwConfig
 from hw.dram_model import DramModel
+from hw.image import RtlRun
 from hw.top import Accelerator
+from hw.waveform import VcdDump, window_vcd
 
 __all__ = ["simulate"]
 
@@ -31,7 +31,7 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
 
     With ``timeline`` (a list), ``(module, "issue" | "retire", cycle)`` events are appended.
     With ``vcd``, Amaranth's writer (which must start at time 0) dumps the whole run, to a
-    temporary file when the window is narrower, which :func:`accel.waveform.window_vcd` then
+    temporary file when the window is narrower, which :func:`hw.waveform.window_vcd` then
     cuts: program cycle ``c`` starts at the clock's rising edge ``c``.
     """
     top = Accelerator(cfg)

@@ -4,37 +4,31 @@ Two engines: Amaranth's own simulator (slow; no tools needed) and Verilator (the
 Verilog compiled with a C++ harness, cached per config). ``engine="auto"`` takes Verilator when
 the ``verilator`` program is installed.
 
-The instructions are placed after the DRAM image, 16-byte aligned, for fetch to read; that tail
-is dropped again after the run, so the image keeps its size.
+The instructions are placed after the DRAM image (``hw.image``); that tail is dropped again
+after the run, so the image keeps its size. A program that cannot finish is reported from the
+machine contract's token protocol (``accel.machine.tokens.check_tokens``, who waits on what):
+before Amaranth's simulator starts, and after a Verilator run that reached its cycle limit.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from accel.cache import cache_dir as accel_cache_dir
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import INSN_BYTES, encode_uops
-from accel.program import Program, ProgramError
-from accel.waveform import VcdDump
+from accel.machine.config import HwConfig
+from accel.machine.costs import serial_cycles
+from accel.machine.dram import Dram
+from accel.machine.program import Program
+from accel.machine.tokens import check_tokens
+from hw.image import prepare_image
 from hw.primitives import Target
+from hw.waveform import VcdDump
 
-__all__ = ["ENGINES", "RtlRun", "RtlStats", "cache_dir", "prepare_image", "run_rtl"]
+__all__ = ["ENGINES", "RtlStats", "run_rtl"]
 
 ENGINES = ("auto", "verilator", "amaranth")
-
-
-def cache_dir(kind: str) -> Path:
-    """:func:`accel.cache.cache_dir`, or a fresh temporary folder when caching is off."""
-    path = accel_cache_dir(kind)
-    return path if path is not None else Path(tempfile.mkdtemp(prefix=f"accel-{kind}-"))
 
 
 class RtlStats(dict):  # type: ignore[type-arg]
@@ -42,49 +36,6 @@ class RtlStats(dict):  # type: ignore[type-arg]
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self)
-
-
-@dataclass
-class RtlRun:
-    """A DRAM image ready for the RTL: the program's data, then its instructions."""
-
-    image: np.ndarray
-    insn_addr: int
-    insn_count: int
-    data_bytes: int
-
-
-def _place_program(program: Program, dram: Dram) -> None:
-    # The same placement as sim.functional.place_program (hw may not import sim).
-    for region in program.regions.values():
-        dram.add_region(region)
-    if len(program.uops):
-        assert program.uop_region is not None  # Program.validate checked it
-        words = encode_uops(program.uops, program.config)
-        dram.write(program.uop_region, words.astype(f"<u{program.config.uop_bytes}"))
-
-
-def prepare_image(program: Program, dram: Dram, cfg: HwConfig) -> RtlRun:
-    """Validate ``program``, place it in ``dram`` and build the RTL's DRAM image.
-
-    Raises
-    ------
-    ProgramError
-        The program was built for another config, or is invalid.
-    """
-    if program.config != cfg:
-        raise ProgramError(
-            f"program was built for config {program.config.name}, not {cfg.name}"
-        )
-    program.validate()
-    _place_program(program, dram)
-    insns = np.frombuffer(program.encode_insns(), dtype=np.uint8)
-    data_bytes = dram.nbytes
-    insn_addr = -(-data_bytes // INSN_BYTES) * INSN_BYTES
-    image = np.zeros(insn_addr + len(insns), dtype=np.uint8)
-    image[:data_bytes] = dram.data
-    image[insn_addr:] = insns
-    return RtlRun(image, insn_addr, len(program.insns), data_bytes)
 
 
 def _pick_engine(engine: str) -> str:
@@ -101,19 +52,6 @@ def _pick_engine(engine: str) -> str:
 
 _VERILATOR_MAX_CYCLES = 50_000_000
 """Verilator's default cycle limit (about a minute at its speed on default)."""
-
-
-def _model_cycles(program: Program, cfg: HwConfig) -> int:
-    """The timing simulator's cycles for ``program`` (no data needed).
-
-    Raises
-    ------
-    sim.errors.SimulationDeadlock
-        The program deadlocks (a :class:`ProgramError` naming who waits on what).
-    """
-    from sim.timing import TimingSimulator
-
-    return TimingSimulator(cfg).run(program, Dram()).cycles
 
 
 def _vcd_dump(vcd: str | Path | VcdDump | None) -> VcdDump | None:
@@ -146,15 +84,15 @@ def run_rtl(
         The hardware; must be the program's config.
     vcd
         Write waveforms to this file: of the whole run, or of the cycles a
-        :class:`accel.waveform.VcdDump` names (the file's time stamps stay the whole run's).
+        :class:`hw.waveform.VcdDump` names (the file's time stamps stay the whole run's).
     engine
         ``"auto"``, ``"verilator"`` or ``"amaranth"``.
     max_cycles
-        Give up after this many cycles. Default on Amaranth's simulator: twice the timing
-        simulator's count plus 1,000, the timing simulator run first (without data, in a
-        fraction of this engine's time), so a program that deadlocks is reported before the
-        RTL starts; on Verilator: 50 million (about a minute), and a run that reaches it is
-        then checked with the timing simulator, which reports a deadlock.
+        Give up after this many cycles. Default on Amaranth's simulator: twice the program's
+        cycles with nothing overlapped (``accel.machine.costs.serial_cycles``, an upper bound)
+        plus 1,000, after its token protocol was checked (a deadlock is reported before the
+        RTL starts); on Verilator: 50 million (about a minute), and a run that reaches it is
+        then checked the same way, which reports a deadlock.
     family
         Simulate the netlist built for this FPGA family, with its primitives
         (:mod:`hw.primitives`; Verilator only) instead of the generic one.
@@ -170,8 +108,8 @@ def run_rtl(
     Raises
     ------
     ProgramError
-        Wrong config, invalid program, or a deadlock (``sim.errors.SimulationDeadlock``, with
-        the timing simulator's report of who waits on what).
+        Wrong config, invalid program, or a deadlock
+        (:class:`~accel.machine.program.SimulationDeadlock`, saying who waits on what).
     ValueError
         Unknown engine or family, a family on the Amaranth engine, or a VCD path in a folder
         that does not exist.
@@ -193,8 +131,9 @@ def run_rtl(
         if chosen == "amaranth":
             from hw import amaranth_engine
 
-            if max_cycles is None:      # the model takes a fraction of this engine's time
-                max_cycles = 2 * _model_cycles(program, cfg) + 1000
+            if max_cycles is None:
+                check_tokens(program)
+                max_cycles = 2 * serial_cycles(program) + 1000
             cycles, counters = amaranth_engine.simulate(cfg, run, vcd=partial,
                                                         max_cycles=max_cycles)
         else:
@@ -207,7 +146,7 @@ def run_rtl(
             except RuntimeError:
                 # A run that failed (the cycle limit, typically) on a program that deadlocks
                 # is reported as the deadlock, with who waits on what.
-                _model_cycles(program, cfg)
+                check_tokens(program)
                 raise
     except BaseException:
         if partial is not None:

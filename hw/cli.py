@@ -67,14 +67,14 @@ def add_parsers(subparsers: Any) -> None:
 
 
 def _load(spec: str | None) -> Any:
-    from accel.config import load_config
+    from accel.machine.config import load_config
 
     return load_config(spec)
 
 
 def cmd_verilog(args: argparse.Namespace) -> int:
     """``accel verilog``: write the Verilog of the config's accelerator."""
-    from accel.config import ConfigError
+    from accel.machine.config import ConfigError
 
     try:
         cfg = _load(args.config)
@@ -101,7 +101,7 @@ def cmd_verilog(args: argparse.Namespace) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     """``accel synth``: resources (and Fmax) of the config's accelerator."""
-    from accel.config import ConfigError
+    from accel.machine.config import ConfigError
     from hw.synth import PNR_TIMEOUT_S, SynthError, synthesize
 
     if args.pnr and args.target != "ecp5":

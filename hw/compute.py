@@ -22,7 +22,7 @@ in s6, acc[dst] read in s5 and registered in s6, accumulate in s7, write in s8.
 
 The first micro-op of an instruction is read in the cycle before its decode, from the
 instruction then in front of the command queue (``DepControl.seen``); when that was another
-instruction, it is read in the decode cycle and issues a cycle later (``sim.costs``).
+instruction, it is read in the decode cycle and issues a cycle later (``accel.machine.costs``).
 
 MUL registers its partial products in s6 and adds them in s7 (:class:`AluLane`): one multiplier
 block per lane instead of four, and the LUT cross terms' adder tree split between the two stages.
@@ -32,10 +32,10 @@ ahead, written at the read's edge, is taken from the write port's data (``acc_by
 port is not transparent), and the results of the two just ahead are forwarded, so no
 read-after-write hazard exists at one micro-op per cycle. The ALU reads twice
 through the same port, hence ``alu.ii >= 2``; an operand read before a micro-op ahead wrote it
-is forwarded from that one's result. An instruction of ``n`` micro-ops takes
-``1 + n * ii + depth`` cycles (``sim.costs``): the last micro-op is issued ``(n - 1) * ii``
-cycles after decode, its result is formed 6 (ALU: 7) cycles later and written at the end of the
-next (:func:`hw.params.writeback_stage`), and the module waits out the rest of the drain. At
+is forwarded from that one's result. An instruction of ``n`` micro-ops takes ``1 + n * ii + depth``
+cycles (``accel.machine.costs``): the last micro-op is issued ``(n - 1) * ii`` cycles after decode,
+its result is formed 6 (ALU: 7) cycles later and written at the end of the next
+(:func:`hw.params.writeback_stage`), and the module waits out the rest of the drain. At
 the shortest depths the last result is written two cycles after the instruction's last
 (:data:`hw.params.WRITE_AFTER_LAST`): nothing reads it earlier.
 """
@@ -46,7 +46,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from accel.isa import AluOp, MemType, Opcode
+from accel.machine.isa import AluOp, MemType, Opcode
 from hw.control import DepControl
 from hw.dma import LoadEngine, mem_predecode
 from hw.dram import dram_port
@@ -224,7 +224,7 @@ class AluLane(wiring.Component):
     Ports
     -----
     op : In(3)
-        :class:`~accel.isa.AluOp`.
+        :class:`~accel.machine.isa.AluOp`.
     a, b : In(signed(32))
         Operands (``acc[dst]`` and ``acc[src]`` or the immediate).
     result : Out(signed(32))
@@ -611,7 +611,7 @@ class Compute(wiring.Component):
         # then in front (``ctrl.seen``): it issues in the decode cycle (``first_go``). Otherwise
         # (the instruction arrived in an empty queue this cycle, or the one before it took a
         # single cycle) it is read now and issues a cycle later (the
-        # ``sim.costs.UOP_PREFETCH_MISS_CYCLES`` of the timing simulator).
+        # ``accel.machine.costs.UOP_PREFETCH_MISS_CYCLES`` of the timing simulator).
         first_go = Signal()
         m.d.comb += first_go.eq(first & ctrl.seen)
 

@@ -1,8 +1,9 @@
 """DMA engines: 2-D strided copies between DRAM and the on-chip buffers, in whole bursts.
 
-Cycle behaviour (``sim.costs.mem_cycles``): the decode cycle, then for each row of ``y_size``,
-each burst of at most ``dram.max_burst`` bytes of the row's ``x_size`` elements is requested
-in the cycle after the previous one ended and holds the channel ``latency + beats`` cycles;
+Cycle behaviour (``accel.machine.costs.mem_cycles``): the decode cycle, then for each row of
+``y_size``, each burst of at most ``dram.max_burst`` bytes of the row's ``x_size`` elements is
+requested in the cycle after the previous one ended and holds the channel ``latency + beats``
+cycles;
 a LOAD then writes its zero padding, one element per cycle. A zero-size LOAD or STORE takes
 the decode cycle only.
 """
@@ -13,7 +14,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from accel.isa import MemType, Opcode
+from accel.machine.isa import MemType, Opcode
 from hw.dram import dram_port
 from hw.lutmul import mul_low_lut
 from hw.params import BufferGeometry, RtlParams

@@ -2,8 +2,8 @@
 
 One transaction at a time: a request accepted in cycle ``g`` is answered with
 ``ceil(bytes / bytes_per_cycle)`` beats in cycles ``g + latency ...`` (one per cycle), so the
-channel is held ``latency + beats`` cycles, as ``sim.costs.dram_cycles`` says. The C++ harness of
-the Verilator engine (``hw/harness/main.cpp``) implements the same model.
+channel is held ``latency + beats`` cycles, as ``accel.machine.costs.dram_cycles`` says. The C++
+harness of the Verilator engine (``hw/harness/main.cpp``) implements the same model.
 """
 
 from __future__ import annotations

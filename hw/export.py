@@ -11,7 +11,7 @@ from amaranth.hdl import Cat, Module, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from hw.primitives import Target
 from hw.top import Accelerator
 

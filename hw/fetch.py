@@ -5,8 +5,8 @@ instructions, then one instruction dispatched per cycle into its module's comman
 put into a full queue waits until that module takes an instruction (the queue's ``room``); the
 next transaction is requested in the cycle the batch's last put succeeds.
 
-Routing (``accel.isa.module_of``): STORE -> store; LOAD of INP or WGT -> load; everything else
-(LOAD of UOP or ACC, GEMM, ALU, FINISH) -> compute.
+Routing (``accel.machine.isa.module_of``): STORE -> store; LOAD of INP or WGT -> load; everything
+else (LOAD of UOP or ACC, GEMM, ALU, FINISH) -> compute.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from accel.config import INSN_BITS
-from accel.isa import MemType, Opcode
-from accel.isa import Module as IsaModule
+from accel.machine.config import INSN_BITS
+from accel.machine.isa import MemType, Opcode
+from accel.machine.isa import Module as IsaModule
 from hw.dram import dram_port
 from hw.params import BufferGeometry, RtlParams
 from hw.sram import SramBuffer
@@ -27,7 +27,7 @@ from hw.sram import SramBuffer
 __all__ = ["Fetch"]
 
 QUEUES = tuple(mod.name.lower() for mod in IsaModule)
-"""Command queues in :class:`accel.isa.Module` order: load, compute, store."""
+"""Command queues in :class:`accel.machine.isa.Module` order: load, compute, store."""
 
 _TARGET_BITS = (len(QUEUES) - 1).bit_length()
 
@@ -96,7 +96,7 @@ class Fetch(wiring.Component):
 
     def _pre_of(self, m: Module, raw: Value, name: str) -> Value:
         """What fetch keeps beside the instruction ``raw`` (a buffer element): the index of
-        its queue (:func:`accel.isa.module_of`), then every queue's predecoded bits."""
+        its queue (:func:`accel.machine.isa.module_of`), then every queue's predecoded bits."""
         insn = Signal(self._p.insn_layout, name=name)
         m.d.comb += insn.eq(raw[:self._p.insn_bits])
         opcode = insn.raw[:3]

@@ -1,10 +1,11 @@
-"""RTL parameters derived from a :class:`~accel.config.HwConfig`, and the instruction layouts.
+"""RTL parameters derived from a :class:`~accel.machine.config.HwConfig`, and the instruction
+layouts.
 
 Everything the RTL needs that is not a plain config field is computed here once: data-path
 widths, the gearbox between DRAM beats and buffer elements, the instruction and micro-op
-layouts as :mod:`amaranth.lib.data` views generated from :class:`accel.isa.IsaLayout` (never
+layouts as :mod:`amaranth.lib.data` views generated from :class:`accel.machine.isa.IsaLayout` (never
 hand-written widths), and the checks that reject configs the RTL cannot implement with the cycle
-costs of :mod:`sim.costs`.
+costs of :mod:`accel.machine.costs`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from dataclasses import dataclass
 from amaranth.hdl import Shape, signed, unsigned
 from amaranth.lib import data
 
-from accel.config import INSN_BITS, HwConfig
-from accel.isa import InsnFormat, IsaLayout, MemType, Opcode
+from accel.machine.config import INSN_BITS, HwConfig
+from accel.machine.isa import InsnFormat, IsaLayout, MemType, Opcode
 
 __all__ = [
     "WRITEBACK_STAGE",
@@ -49,7 +50,7 @@ def gemm_deep(cfg: HwConfig) -> bool:
     it: where the results, written a stage later, still land at most
     :data:`WRITE_AFTER_LAST` cycles after the instruction's last (``depth >= 8 - ii - 2``: 5
     at ``gemm.ii`` 1, 4 at ii 2). A shallower GEMM keeps the shortest pipeline; the cycle
-    counts are those of ``sim.costs`` either way.
+    counts are those of ``accel.machine.costs`` either way.
     """
     g = cfg.gemm
     return g.depth >= WRITEBACK_STAGE["gemm"] + 1 - g.ii - WRITE_AFTER_LAST["gemm"]
@@ -68,8 +69,9 @@ def _log2(n: int) -> int:
 def format_layout(fmt: InsnFormat, width: int) -> data.StructLayout:
     """A struct layout of one instruction format, padded to ``width`` bits.
 
-    Fields come from :class:`accel.isa.IsaLayout` in order; their offsets are checked against
-    the format's own ``lsb`` so the RTL decoder and ``accel.isa.encode_insn`` cannot disagree.
+    Fields come from :class:`accel.machine.isa.IsaLayout` in order; their offsets are checked
+    against the format's own ``lsb`` so the RTL decoder and ``accel.machine.isa.encode_insn``
+    cannot disagree.
     """
     fields: dict[str, Shape] = {}
     offset = 0
@@ -126,7 +128,7 @@ class RtlParams:
     ------
     ValueError
         From :func:`check_rtl_config`, when the config cannot be built with the cycle costs of
-        :mod:`sim.costs`.
+        :mod:`accel.machine.costs`.
     """
 
     def __init__(self, cfg: HwConfig) -> None:
@@ -184,7 +186,7 @@ class RtlParams:
 
 
 def check_rtl_config(cfg: HwConfig) -> None:
-    """Reject configs the RTL cannot build with exactly the cycle costs of ``sim.costs``.
+    """Reject configs the RTL cannot build with exactly the cycle costs of ``accel.machine.costs``.
 
     Raises
     ------

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel.config import HwConfig
+from accel.machine.cache import work_dir
+from accel.machine.config import HwConfig
 from hw.primitives import family_for
 
 __all__ = ["TARGETS", "SynthError", "SynthReport", "late_endpoints", "parse_stat", "register_of",
@@ -294,9 +295,7 @@ def _last_line(log: Path) -> str:
 
 
 def _cache_file(cfg: HwConfig, target: str) -> Path:
-    from hw.backend import cache_dir
-
-    return cache_dir("synth") / f"{cfg.name}__{target}.json"
+    return work_dir("synth") / f"{cfg.name}__{target}.json"
 
 
 def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = True,

@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from hw.compute import Compute
 from hw.dram import DramArbiter, dram_port
 from hw.fetch import QUEUES, Fetch
@@ -38,9 +38,9 @@ class Accelerator(wiring.Component):
     Raises
     ------
     TypeError
-        ``cfg`` is not a :class:`~accel.config.HwConfig`.
+        ``cfg`` is not a :class:`~accel.machine.config.HwConfig`.
     ValueError
-        The config cannot be built with the cycle costs of ``sim.costs``
+        The config cannot be built with the cycle costs of ``accel.machine.costs``
         (:func:`hw.params.check_rtl_config`).
 
     Ports

@@ -6,7 +6,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from accel.isa import MemType
+from accel.machine.isa import MemType
 from hw.control import DepControl
 from hw.dma import LoadEngine, StoreEngine, mem_predecode
 from hw.dram import dram_port

@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accel.config import HwConfig
-from accel.waveform import VcdDump
-from hw.backend import RtlRun, cache_dir
+from accel.machine.cache import work_dir
+from accel.machine.config import HwConfig
 from hw.dram import dram_request_layout
+from hw.image import RtlRun
 from hw.params import RtlParams
 from hw.primitives import sim_model
 from hw.top import CYCLE_BITS
+from hw.waveform import VcdDump
 
 __all__ = ["Verilator", "available", "build_model", "find_verilator", "simulate",
            "wrapper_verilog"]
@@ -183,7 +184,7 @@ def build_model(cfg: HwConfig, trace: bool = False, family: str | None = None) -
         (design + wrapper + header + HARNESS.read_text() + tool.version).encode()
     ).hexdigest()[:10]
     suffix = (f"-{family}" if family else "") + ("-trace" if trace else "")
-    folder = cache_dir("verilator") / f"{cfg.name}-{digest}{suffix}"
+    folder = work_dir("verilator") / f"{cfg.name}-{digest}{suffix}"
     exe = folder / SIM_TOP
     if exe.exists():
         return exe

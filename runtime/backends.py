@@ -1,7 +1,7 @@
 """Device backends and fallback kernel sets, found through small registries.
 
-A device backend runs a :class:`~accel.program.Program` on a DRAM image; it declares what it can
-do as data (:class:`BackendCaps`), and callers read the fields instead of branching on names.
+A device backend runs a :class:`~accel.machine.program.Program` on a DRAM image; it declares what it
+can do as data (:class:`BackendCaps`), and callers read the fields instead of branching on names.
 A fallback runs the operators the accelerator does not (``cpu``: numpy kernels, ``gpu``: CuPy
 kernels when a CUDA GPU is present).
 """
@@ -14,17 +14,19 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.program import Program
+from accel.machine.config import HwConfig, load_config
+from accel.machine.dram import Dram
+from accel.machine.program import Program, ProgramError
 
 __all__ = [
     "BackendCaps",
+    "RunResult",
     "available_backends",
-    "backend",
     "fallback_kernels",
+    "find_backend",
     "prefetch_timing",
     "register_backend",
+    "run_program",
     "timing_signature",
 ]
 
@@ -74,7 +76,7 @@ def register_backend(caps: BackendCaps, run: RunFn) -> None:
     _BACKENDS[caps.name] = Backend(caps, run)
 
 
-def backend(name: str) -> Backend:
+def find_backend(name: str) -> Backend:
     """The backend called ``name``.
 
     Raises
@@ -106,10 +108,10 @@ _TIMING_CACHE_SIZE = 256
 
 def timing_signature(program: Program) -> tuple[Any, ...]:
     """What the timing model's result depends on: the instructions with their DRAM addresses
-    and ALU immediates blanked (no cost in :mod:`sim.costs` reads either)."""
+    and ALU immediates blanked (no cost in :mod:`accel.machine.costs` reads either)."""
     from dataclasses import replace
 
-    from accel.isa import AluInsn, MemInsn
+    from accel.machine.isa import AluInsn, MemInsn
 
     out = []
     for insn in program.insns:
@@ -205,6 +207,69 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
     for key, program in todo.items():
         _PENDING[key] = pool.submit(_timing_only, program, cfg, trace)
     pool.shutdown(wait=False)
+
+
+# ---------------------------------------------------------------------- running a program
+@dataclass
+class RunResult:
+    """What ``run_program`` returns: the DRAM image after the run and the backend's counters.
+
+    ``cycles`` is None on the functional backend, which has no notion of time.
+    """
+
+    dram: Dram
+    backend: str
+    stats: Any
+    cycles: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"backend": self.backend, "cycles": self.cycles, "stats": self.stats.to_dict()}
+
+
+def run_program(
+    program: Program,
+    dram: Dram,
+    config: HwConfig | str | None = None,
+    backend: str = "fsim",
+    trace: bool = False,
+    **options: Any,
+) -> RunResult:
+    """Run ``program`` on ``dram`` (modified in place) with the chosen backend.
+
+    Parameters
+    ----------
+    program
+        The program; its regions are added to ``dram`` and its micro-ops written there.
+    dram
+        The DRAM image holding the program's input tensors.
+    config
+        The hardware; defaults to the program's own config and must equal it when given.
+    backend
+        A registered backend (:mod:`runtime.backends`): ``"fsim"`` (functional only),
+        ``"sim"`` (functional + timing: ``cycles`` and a :class:`sim.stats.SimStats`) or
+        ``"rtl"`` (the Amaranth RTL).
+    trace
+        With ``"sim"``: also record queue and DRAM counters for ``stats.write_trace``.
+    options
+        Options of the backend (``BackendCaps.options``): with ``"rtl"``, ``vcd`` (a path or an
+        :class:`hw.waveform.VcdDump`), ``engine`` and ``max_cycles``, as
+        :func:`hw.backend.run_rtl` takes them.
+
+    Raises
+    ------
+    ValueError
+        Unknown or unavailable backend, or an option it does not take.
+    ProgramError
+        An invalid program, a deadlock, or tokens left at FINISH.
+    """
+    cfg = program.config if config is None else (
+        config if isinstance(config, HwConfig) else load_config(config))
+    if cfg != program.config:
+        raise ProgramError(f"program was built for config {program.config.name}, not {cfg.name}")
+    device = find_backend(backend)
+    device.caps.check_options(options)
+    stats, cycles = device.run(program, dram, cfg, trace, **options)
+    return RunResult(dram=dram, backend=backend, stats=stats, cycles=cycles)
 
 
 # ---------------------------------------------------------------------- fallbacks

@@ -19,9 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from accel.api import run_program
-from accel.config import HwConfig
-from accel.dram import pack_weight, unpack_activation
+from accel.machine.config import HwConfig
+from accel.machine.dram import pack_weight, unpack_activation
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import blocked_layout, parse_layout
 from compiler.graph.reference import run_node, to_logical, to_physical
@@ -29,8 +28,7 @@ from compiler.ops.compiled import CompiledOp, compile_conv2d, compile_matmul
 from compiler.ops.conv2d import Conv2dWorkload
 from compiler.ops.eltwise import AddWorkload, compile_add, identity_tile
 from compiler.ops.matmul import MatmulWorkload
-from runtime.backends import backend as find_backend
-from runtime.backends import fallback_kernels, prefetch_timing
+from runtime.backends import fallback_kernels, find_backend, prefetch_timing, run_program
 
 __all__ = ["Executable", "LayerReport", "RunReport"]
 

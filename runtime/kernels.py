@@ -33,15 +33,23 @@ __all__ = [
     "add",
     "avg_pool2d",
     "check_add_args",
+    "check_array",
+    "check_bias",
     "check_conv2d_args",
+    "check_flag",
+    "check_matmul",
     "check_matmul_args",
+    "check_pair",
+    "check_shift",
     "conv2d",
     "conv2d_acc",
     "dense",
     "global_avg_pool",
+    "is_int",
     "matmul",
     "matmul_acc",
     "max_pool2d",
+    "pool_windows",
     "relu",
     "requantize",
 ]
@@ -81,12 +89,12 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__}"
 
 
-def _is_int(value: object) -> TypeGuard[numbers.Integral]:
+def is_int(value: object) -> TypeGuard[numbers.Integral]:
     """True for Python and numpy integers, False for bools (``True`` is not a stride)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
 
 
-def _check_array(
+def check_array(
     op: str, name: str, value: object, dtype: type[np.generic], ndim: int | None, layout: str
 ) -> NDArray:
     """Check that ``value`` is a numpy array of ``dtype`` (TypeError) and ``ndim`` (ValueError)."""
@@ -99,7 +107,7 @@ def _check_array(
     return value
 
 
-def _check_bias(op: str, bias: object, channels: int) -> NDArray[np.int32] | None:
+def check_bias(op: str, bias: object, channels: int) -> NDArray[np.int32] | None:
     """Check an optional int32 bias of shape ``(channels,)``."""
     if bias is None:
         return None
@@ -111,27 +119,27 @@ def _check_bias(op: str, bias: object, channels: int) -> NDArray[np.int32] | Non
     return bias
 
 
-def _check_shift(op: str, shift: object) -> int:
+def check_shift(op: str, shift: object) -> int:
     """Check a right-shift amount: an int in 0..31."""
     message = f"{op}: shift must be an int in 0..{_MAX_SHIFT}, got {shift!r}"
-    if not _is_int(shift):
+    if not is_int(shift):
         raise TypeError(message)
     if not 0 <= int(shift) <= _MAX_SHIFT:
         raise ValueError(message)
     return int(shift)
 
 
-def _pair(op: str, name: str, value: object, minimum: int) -> tuple[int, int]:
+def check_pair(op: str, name: str, value: object, minimum: int) -> tuple[int, int]:
     """Turn an int or an (h, w) pair into an (h, w) tuple of ints, each >= ``minimum``."""
     kind = "positive" if minimum == 1 else "non-negative"
     message = f"{op}: {name} must be a {kind} int or an (h, w) pair of them, got {value!r}"
-    if _is_int(value):
+    if is_int(value):
         items: Sequence[Any] = (value, value)
     elif isinstance(value, tuple | list) and len(value) == 2:
         items = value
     else:
         raise TypeError(message)
-    if not all(_is_int(v) for v in items):
+    if not all(is_int(v) for v in items):
         raise TypeError(message)
     pair = (int(items[0]), int(items[1]))
     if min(pair) < minimum:
@@ -139,7 +147,7 @@ def _pair(op: str, name: str, value: object, minimum: int) -> tuple[int, int]:
     return pair
 
 
-def _check_flag(op: str, name: str, value: object) -> bool:
+def check_flag(op: str, name: str, value: object) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
     return bool(value)
@@ -250,17 +258,17 @@ def requantize(
         ``shift`` outside 0..31, ``axis`` out of range, bias length differs from the axis.
     """
     op = "requantize"
-    acc = _check_array(op, "acc", acc, np.int32, None, "array")
-    shift = _check_shift(op, shift)
-    relu = _check_flag(op, "relu", relu)
+    acc = check_array(op, "acc", acc, np.int32, None, "array")
+    shift = check_shift(op, shift)
+    relu = check_flag(op, "relu", relu)
     if bias is None:
         return _requantize(acc, shift, relu, None, 0, scratch=False)
-    if not _is_int(axis) or not -acc.ndim <= axis < acc.ndim:
+    if not is_int(axis) or not -acc.ndim <= axis < acc.ndim:
         raise ValueError(
             f"{op}: axis must be an int in {-acc.ndim}..{acc.ndim - 1} for an acc of shape "
             f"{acc.shape}, got {axis!r}"
         )
-    bias = _check_bias(op, bias, acc.shape[axis])
+    bias = check_bias(op, bias, acc.shape[axis])
     return _requantize(acc, shift, relu, bias, int(axis), scratch=False)
 
 
@@ -297,7 +305,7 @@ def relu(x: NDArray[np.int8]) -> NDArray[np.int8]:
     TypeError
         ``x`` is not an int8 array.
     """
-    x = _check_array("relu", "x", x, np.int8, None, "array")
+    x = check_array("relu", "x", x, np.int8, None, "array")
     return np.maximum(x, np.int8(0))
 
 
@@ -362,8 +370,8 @@ def _check_conv(
     op: str, x: object, w: object, stride: object, padding: object
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], tuple[int, int], tuple[int, int], tuple[int, int]]:
     """Validate conv2d operands; return x, w, stride, padding and output (OH, OW)."""
-    x = _check_array(op, "x", x, np.int8, 4, "NCHW")
-    w = _check_array(op, "w", w, np.int8, 4, "OIHW")
+    x = check_array(op, "x", x, np.int8, 4, "NCHW")
+    w = check_array(op, "w", w, np.int8, 4, "OIHW")
     if w.shape[1] != x.shape[1]:
         raise ValueError(
             f"{op}: w must have {x.shape[1]} input channels to match x of shape {x.shape}, "
@@ -371,8 +379,8 @@ def _check_conv(
         )
     if w.shape[2] < 1 or w.shape[3] < 1:
         raise ValueError(f"{op}: w must have a kernel of at least 1x1, got w of shape {w.shape}")
-    stride_hw = _pair(op, "stride", stride, 1)
-    padding_hw = _pair(op, "padding", padding, 0)
+    stride_hw = check_pair(op, "stride", stride, 1)
+    padding_hw = check_pair(op, "padding", padding, 0)
     kernel = (int(w.shape[2]), int(w.shape[3]))
     out_hw = _output_size(op, (x.shape[2], x.shape[3]), kernel, stride_hw, padding_hw)
     return x, w, stride_hw, padding_hw, out_hw
@@ -459,9 +467,9 @@ def conv2d(
     """
     op = "conv2d"
     x, w, stride_hw, padding_hw, out_hw = _check_conv(op, x, w, stride, padding)
-    bias = _check_bias(op, bias, w.shape[0])
-    shift = _check_shift(op, shift)
-    relu = _check_flag(op, "relu", relu)
+    bias = check_bias(op, bias, w.shape[0])
+    shift = check_shift(op, shift)
+    relu = check_flag(op, "relu", relu)
     out = np.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int8)
     for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw):
         # Requantize before going to NCHW: the transpose then moves int8 instead of int32.
@@ -473,10 +481,10 @@ def conv2d(
 # --------------------------------------------------------------------------- matmul / dense
 
 
-def _check_matmul(op: str, a: object, b: object, b_name: str) -> tuple[NDArray, NDArray]:
-    a = _check_array(op, "a" if b_name == "b" else "x", a, np.int8, 2, "(M, K)")
+def check_matmul(op: str, a: object, b: object, b_name: str) -> tuple[NDArray, NDArray]:
+    a = check_array(op, "a" if b_name == "b" else "x", a, np.int8, 2, "(M, K)")
     layout = "(K, N)" if b_name == "b" else "(N, K)"
-    b = _check_array(op, b_name, b, np.int8, 2, layout)
+    b = check_array(op, b_name, b, np.int8, 2, layout)
     k_axis = 0 if b_name == "b" else 1
     if b.shape[k_axis] != a.shape[1]:
         raise ValueError(
@@ -505,7 +513,7 @@ def matmul_acc(a: NDArray[np.int8], b: NDArray[np.int8]) -> NDArray[np.int32]:
     ValueError
         Not 2-D, or the inner dimensions differ.
     """
-    a, b = _check_matmul("matmul_acc", a, b, "b")
+    a, b = check_matmul("matmul_acc", a, b, "b")
     return _exact_gemm(a.astype(np.float32), b.astype(np.float32))
 
 
@@ -513,9 +521,9 @@ def _matmul_requant(
     op: str, a: NDArray[np.int8], b: NDArray[np.int8], bias: object, shift: object,
     relu: object,
 ) -> NDArray[np.int8]:
-    bias = _check_bias(op, bias, b.shape[1])
-    shift = _check_shift(op, shift)
-    relu = _check_flag(op, "relu", relu)
+    bias = check_bias(op, bias, b.shape[1])
+    shift = check_shift(op, shift)
+    relu = check_flag(op, "relu", relu)
     acc = _exact_gemm(a.astype(np.float32), b.astype(np.float32))
     return _requantize(acc, shift, relu, bias, axis=1, scratch=True)
 
@@ -551,7 +559,7 @@ def matmul(
     ValueError
         Not 2-D, inner dimensions differ, bias of the wrong length, shift outside 0..31.
     """
-    a, b = _check_matmul("matmul", a, b, "b")
+    a, b = check_matmul("matmul", a, b, "b")
     return _matmul_requant("matmul", a, b, bias, shift, relu)
 
 
@@ -585,21 +593,21 @@ def dense(
     TypeError, ValueError
         As `matmul`, with ``w``'s K on its second axis.
     """
-    x, w = _check_matmul("dense", x, w, "w")
+    x, w = check_matmul("dense", x, w, "w")
     return _matmul_requant("dense", x, w.T, bias, shift, relu)
 
 
 # --------------------------------------------------------------------------- pooling
 
 
-def _pool_windows(
+def pool_windows(
     op: str, x: object, kernel: object, stride: object, padding: object, pad_value: int
 ) -> NDArray[np.int8]:
     """Validate pooling operands; return the (N, C, OH, OW, KH, KW) window view of padded x."""
-    x = _check_array(op, "x", x, np.int8, 4, "NCHW")
-    kernel_hw = _pair(op, "kernel", kernel, 1)
-    stride_hw = kernel_hw if stride is None else _pair(op, "stride", stride, 1)
-    padding_hw = _pair(op, "padding", padding, 0)
+    x = check_array(op, "x", x, np.int8, 4, "NCHW")
+    kernel_hw = check_pair(op, "kernel", kernel, 1)
+    stride_hw = kernel_hw if stride is None else check_pair(op, "stride", stride, 1)
+    padding_hw = check_pair(op, "padding", padding, 0)
     if padding_hw[0] >= kernel_hw[0] or padding_hw[1] >= kernel_hw[1]:
         raise ValueError(
             f"{op}: padding must be smaller than the kernel {kernel_hw}, got {padding_hw}"
@@ -640,7 +648,7 @@ def max_pool2d(
         Wrong ndim, kernel or stride < 1, padding < 0 or >= kernel, kernel larger than the
         padded input.
     """
-    windows = _pool_windows("max_pool2d", x, kernel, stride, padding, _INT8_MIN)
+    windows = pool_windows("max_pool2d", x, kernel, stride, padding, _INT8_MIN)
     return windows.max(axis=(4, 5))
 
 
@@ -669,7 +677,7 @@ def avg_pool2d(
     TypeError, ValueError
         As `max_pool2d`.
     """
-    windows = _pool_windows("avg_pool2d", x, kernel, stride, padding, 0)
+    windows = pool_windows("avg_pool2d", x, kernel, stride, padding, 0)
     kh, kw = windows.shape[4:]
     # int64 keeps the window sum exact for any window size (int32 would do below 2**24 cells).
     sums = windows.sum(axis=(4, 5), dtype=np.int64)
@@ -696,7 +704,7 @@ def global_avg_pool(x: NDArray[np.int8]) -> NDArray[np.int8]:
         ``x`` is not 4-D, or has an empty spatial extent.
     """
     op = "global_avg_pool"
-    x = _check_array(op, "x", x, np.int8, 4, "NCHW")
+    x = check_array(op, "x", x, np.int8, 4, "NCHW")
     if x.shape[2] < 1 or x.shape[3] < 1:
         raise ValueError(f"{op}: x must have H, W >= 1, got shape {x.shape}")
     sums = x.sum(axis=(2, 3), keepdims=True, dtype=np.int64)
@@ -731,12 +739,12 @@ def add(
         Shapes differ, or shift outside 0..31.
     """
     op = "add"
-    a = _check_array(op, "a", a, np.int8, None, "array")
-    b = _check_array(op, "b", b, np.int8, None, "array")
+    a = check_array(op, "a", a, np.int8, None, "array")
+    b = check_array(op, "b", b, np.int8, None, "array")
     if a.shape != b.shape:
         raise ValueError(f"{op}: b must have a's shape {a.shape}, got shape {b.shape}")
-    shift = _check_shift(op, shift)
-    relu = _check_flag(op, "relu", relu)
+    shift = check_shift(op, shift)
+    relu = check_flag(op, "relu", relu)
     acc = a.astype(np.int32) + b.astype(np.int32)
     return _requantize(acc, shift, relu, None, axis=0, scratch=True)
 
@@ -753,25 +761,25 @@ def check_conv2d_args(
     entry point rejects bad input with one wording.
     """
     x, w, stride_hw, padding_hw, _ = _check_conv(op, x, w, stride, padding)
-    return (x, w, _check_bias(op, bias, w.shape[0]), stride_hw, padding_hw,
-            _check_shift(op, shift), _check_flag(op, "relu", relu))
+    return (x, w, check_bias(op, bias, w.shape[0]), stride_hw, padding_hw,
+            check_shift(op, shift), check_flag(op, "relu", relu))
 
 
 def check_add_args(
     op: str, a: object, b: object, shift: object, relu: object,
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], int, bool]:
     """Validate residual-add arguments (two int8 NCHW arrays of one shape, shift, relu)."""
-    a = _check_array(op, "a", a, np.int8, 4, "NCHW")
-    b = _check_array(op, "b", b, np.int8, 4, "NCHW")
+    a = check_array(op, "a", a, np.int8, 4, "NCHW")
+    b = check_array(op, "b", b, np.int8, 4, "NCHW")
     if a.shape != b.shape:
         raise ValueError(f"{op}: b must have a's shape {a.shape}, got shape {b.shape}")
-    return a, b, _check_shift(op, shift), _check_flag(op, "relu", relu)
+    return a, b, check_shift(op, shift), check_flag(op, "relu", relu)
 
 
 def check_matmul_args(
     op: str, a: object, b: object, bias: object, shift: object, relu: object,
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], NDArray[np.int32] | None, int, bool]:
     """Validate matmul arguments exactly as `matmul` does; returns a, b, bias, shift, relu."""
-    a, b = _check_matmul(op, a, b, "b")
-    return (a, b, _check_bias(op, bias, b.shape[1]), _check_shift(op, shift),
-            _check_flag(op, "relu", relu))
+    a, b = check_matmul(op, a, b, "b")
+    return (a, b, check_bias(op, bias, b.shape[1]), check_shift(op, shift),
+            check_flag(op, "relu", relu))

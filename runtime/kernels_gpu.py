@@ -46,16 +46,16 @@ from numpy.typing import NDArray
 from runtime import kernels as _np_kernels
 from runtime.kernels import (
     Pair,
-    _check_array,
-    _check_bias,
-    _check_flag,
-    _check_matmul,
-    _check_shift,
-    _is_int,
-    _pair,
-    _pool_windows,
+    check_array,
+    check_bias,
     check_conv2d_args,
+    check_flag,
+    check_matmul,
     check_matmul_args,
+    check_pair,
+    check_shift,
+    is_int,
+    pool_windows,
 )
 
 __all__ = [
@@ -376,16 +376,16 @@ def requantize(
     op = "requantize"
     ops = _Operands(acc, bias)
     acc_v, bias_v = ops.views
-    acc_v = _check_array(op, "acc", acc_v, np.int32, None, "array")
-    shift = _check_shift(op, shift)
-    relu = _check_flag(op, "relu", relu)
+    acc_v = check_array(op, "acc", acc_v, np.int32, None, "array")
+    shift = check_shift(op, shift)
+    relu = check_flag(op, "relu", relu)
     if bias is not None:
-        if not _is_int(axis) or not -acc_v.ndim <= axis < acc_v.ndim:
+        if not is_int(axis) or not -acc_v.ndim <= axis < acc_v.ndim:
             # Let the numpy kernel word the error: it raises before computing anything.
             _np_kernels.requantize(acc_v, shift, relu, bias_v, axis)  # type: ignore[arg-type]
             raise AssertionError("unreachable: numpy requantize accepted a bad axis")
         axis = int(axis) % acc_v.ndim
-        _check_bias(op, bias_v, acc_v.shape[axis])
+        check_bias(op, bias_v, acc_v.shape[axis])
     out = _requantize_device(ops.device(0), shift, relu, ops.device(1), int(axis))
     return ops.result(out)
 
@@ -393,7 +393,7 @@ def requantize(
 def relu(x: NDArray[np.int8]) -> NDArray[np.int8]:
     """GPU `runtime.kernels.relu`: ``max(x, 0)`` on int8, any shape."""
     ops = _Operands(x)
-    _check_array("relu", "x", ops.views[0], np.int8, None, "array")
+    check_array("relu", "x", ops.views[0], np.int8, None, "array")
     return ops.result(_kernel("relu")(ops.device(0)))
 
 
@@ -509,7 +509,7 @@ def conv2d(
 def matmul_acc(a: NDArray[np.int8], b: NDArray[np.int8]) -> NDArray[np.int32]:
     """GPU `runtime.kernels.matmul_acc`: raw int32 accumulator, int32 wrap-around."""
     ops = _Operands(a, b)
-    _check_matmul("matmul_acc", *ops.views, "b")
+    check_matmul("matmul_acc", *ops.views, "b")
     acc = _matmul_device(ops.device(0), ops.device(1))
     return ops.result(_kernel("wrap")(acc))
 
@@ -539,10 +539,10 @@ def dense(
     op = "dense"
     ops = _Operands(x, w, bias)
     x_v, w_v, bias_v = ops.views
-    x_v, w_v = _check_matmul(op, x_v, w_v, "w")
-    _check_bias(op, bias_v, w_v.shape[0])
-    shift = _check_shift(op, shift)
-    relu = _check_flag(op, "relu", relu)
+    x_v, w_v = check_matmul(op, x_v, w_v, "w")
+    check_bias(op, bias_v, w_v.shape[0])
+    shift = check_shift(op, shift)
+    relu = check_flag(op, "relu", relu)
     acc = _matmul_device(ops.device(0), ops.device(1).T)
     return ops.result(_requantize_device(acc, shift, relu, ops.device(2), axis=1))
 
@@ -560,15 +560,15 @@ def _pool(
     padding: object,
 ) -> Any:
     ops = _Operands(x)
-    x_v = _check_array(op, "x", ops.views[0], np.int8, 4, "NCHW")
+    x_v = check_array(op, "x", ops.views[0], np.int8, 4, "NCHW")
     # The numpy helper validates kernel, stride and padding; given one image of one channel
     # (a zero-stride view, so its padding costs H*W bytes at most), it words every error as
     # for x itself, since from here on the messages only mention H and W.
     one = np.broadcast_to(np.zeros((), dtype=np.int8), (1, 1, *x_v.shape[2:]))
-    windows = _pool_windows(op, one, kernel, stride, padding, pad_value)
-    kernel_hw = _pair(op, "kernel", kernel, 1)
-    stride_hw = kernel_hw if stride is None else _pair(op, "stride", stride, 1)
-    padding_hw = _pair(op, "padding", padding, 0)
+    windows = pool_windows(op, one, kernel, stride, padding, pad_value)
+    kernel_hw = check_pair(op, "kernel", kernel, 1)
+    stride_hw = kernel_hw if stride is None else check_pair(op, "stride", stride, 1)
+    padding_hw = check_pair(op, "padding", padding, 0)
     oh, ow = windows.shape[2:4]
     n, c, h, w = x_v.shape
     cp = _cupy()
@@ -596,7 +596,7 @@ def global_avg_pool(x: NDArray[np.int8]) -> NDArray[np.int8]:
     """GPU `runtime.kernels.global_avg_pool`: floor(sum over H, W / (H*W)) per (n, c)."""
     op = "global_avg_pool"
     ops = _Operands(x)
-    x_v = _check_array(op, "x", ops.views[0], np.int8, 4, "NCHW")
+    x_v = check_array(op, "x", ops.views[0], np.int8, 4, "NCHW")
     if x_v.shape[2] < 1 or x_v.shape[3] < 1:
         # Let the numpy kernel word the error (it raises before summing anything).
         _np_kernels.global_avg_pool(x_v)
@@ -618,13 +618,13 @@ def add(
     """GPU `runtime.kernels.add`: ``clip(relu?((a + b) >> shift))`` computed in int32."""
     op = "add"
     ops = _Operands(a, b)
-    a_v = _check_array(op, "a", ops.views[0], np.int8, None, "array")
-    b_v = _check_array(op, "b", ops.views[1], np.int8, None, "array")
+    a_v = check_array(op, "a", ops.views[0], np.int8, None, "array")
+    b_v = check_array(op, "b", ops.views[1], np.int8, None, "array")
     if a_v.shape != b_v.shape:
         # Let the numpy kernel word the error: it raises before computing anything.
         _np_kernels.add(a_v, b_v, shift, relu)
         raise AssertionError("unreachable: numpy add accepted operands of different shapes")
-    shift = _check_shift(op, shift)
-    relu = _check_flag(op, "relu", relu)
+    shift = check_shift(op, shift)
+    relu = check_flag(op, "relu", relu)
     out = _kernel("add")(ops.device(0), ops.device(1), np.int32(shift), relu)
     return ops.result(out)

@@ -21,8 +21,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from accel.config import HwConfig
-from accel.dram import Dram
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
 from compiler.errors import LoweringError
 from compiler.ops.compiled import conv2d_program, matmul_program
 from compiler.ops.conv2d import Conv2dWorkload

@@ -1,12 +1,13 @@
 """The bit-exact functional simulator: the definition of what every instruction does.
 
-``FunctionalSimulator.run`` executes a :class:`~accel.program.Program` on a
-:class:`~accel.dram.Dram` image. Each instruction is one vectorised numpy step (one gather and
-one batched product per GEMM micro-op loop, never a Python loop per tile or MAC). The three
-instruction-executing modules (load, compute, store) run their own queues in program order and
-synchronise only through the four token queues, as the hardware does; a pop that can never be
-satisfied is reported as :class:`SimulationDeadlock`, and tokens or instructions left over at
-FINISH as :class:`~accel.program.ProgramError`, both naming instruction indices and queues.
+``FunctionalSimulator.run`` executes a :class:`~accel.machine.program.Program` on a
+:class:`~accel.machine.dram.Dram` image. Each instruction is one vectorised numpy step (one
+gather and one batched product per GEMM micro-op loop, never a Python loop per tile or MAC).
+Instructions retire in the order of :func:`accel.machine.tokens.retire_order`, the token
+protocol of the machine's processes and bounded queues run without time, so a program that
+cannot finish is reported as :class:`SimulationDeadlock`, and tokens or instructions left over
+at FINISH as :class:`~accel.machine.program.ProgramError`, both naming instruction indices and
+queues.
 
 Semantics (DESIGN.md §3):
 
@@ -24,31 +25,29 @@ Semantics (DESIGN.md §3):
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import (
-    DEP_QUEUES,
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram, place_program
+from accel.machine.isa import (
     AluInsn,
     AluOp,
-    FinishInsn,
     GemmInsn,
     Insn,
     MemInsn,
     MemType,
-    Module,
-    TokenQueue,
     decode_uops,
-    encode_uops,
-    module_of,
 )
-from accel.program import Program, ProgramError, _count_key
-from sim.errors import SimulationDeadlock, SimulationError
+from accel.machine.program import (
+    Program,
+    ProgramError,
+    SimulationError,
+    count_key,
+)
+from accel.machine.tokens import retire_order
 
 __all__ = ["FsimStats", "FunctionalSimulator", "SramState", "alu_apply", "run_functional"]
 
@@ -176,77 +175,9 @@ class FunctionalSimulator:
             )
         program.validate()
         place_program(program, dram)
-        queues: dict[Module, deque[tuple[int, Insn]]] = {m: deque() for m in Module}
-        for index, insn in enumerate(program.insns):
-            queues[module_of(insn)].append((index, insn))
-        tokens = dict.fromkeys(TokenQueue, 0)
-        last_push: dict[TokenQueue, int] = {}
-        cap = self.cfg.queues.token_depth
-
-        def ready(module: Module, insn: Insn) -> bool:
-            for flag in insn.deps():
-                queue = DEP_QUEUES[(module, flag)]
-                if flag.startswith("pop") and tokens[queue] == 0:
-                    return False
-                if flag.startswith("push") and tokens[queue] >= cap:
-                    return False
-            return True
-
-        def step(module: Module) -> bool:
-            """Run ``module`` as far as it can; True if it executed anything."""
-            moved = False
-            while queues[module]:
-                index, insn = queues[module][0]
-                if isinstance(insn, FinishInsn) or not ready(module, insn):
-                    break
-                queues[module].popleft()
-                self.execute(insn, index, dram)
-                _apply_tokens(module, insn, index, tokens, last_push)
-                moved = True
-            return moved
-
-        while True:
-            moved = [step(m) for m in Module]
-            head = queues[Module.COMPUTE][0] if queues[Module.COMPUTE] else None
-            if head is not None and isinstance(head[1], FinishInsn) \
-                    and ready(Module.COMPUTE, head[1]):
-                # Let load and store drain what they can, then retire FINISH.
-                while step(Module.LOAD) | step(Module.STORE):
-                    pass
-                if not ready(Module.COMPUTE, head[1]):
-                    continue
-                queues[Module.COMPUTE].popleft()
-                index, finish = head
-                _apply_tokens(Module.COMPUTE, finish, index, tokens, last_push)
-                self._count(finish)
-                self._check_finish(index, queues, tokens, last_push)
-                return self.stats
-            if not any(moved):
-                raise SimulationDeadlock(_deadlock_report(queues, tokens, cap))
-
-    def _check_finish(
-        self,
-        index: int,
-        queues: dict[Module, deque[tuple[int, Insn]]],
-        tokens: dict[TokenQueue, int],
-        last_push: dict[TokenQueue, int],
-    ) -> None:
-        for module, queue in queues.items():
-            if queue:
-                first = queue[0][0]
-                raise ProgramError(
-                    f"FINISH at instruction {index} retired with {len(queue)} "
-                    f"{module.name.lower()} instruction(s) never run, from instruction {first}"
-                )
-        left = [
-            f"{q.value}={n} (last pushed by instruction {last_push.get(q, '?')})"
-            for q, n in tokens.items()
-            if n
-        ]
-        if left:
-            raise ProgramError(
-                f"FINISH at instruction {index} left tokens in {', '.join(left)}"
-            )
+        for index, insn in retire_order(program):
+            self.execute(insn, index, dram)
+        return self.stats
 
     # ------------------------------------------------------------------ instruction level
     def execute(self, insn: Insn, index: int, dram: Dram) -> None:
@@ -266,7 +197,7 @@ class FunctionalSimulator:
         self._count(insn)
 
     def _count(self, insn: Insn) -> None:
-        key = _count_key(insn)
+        key = count_key(insn)
         self.stats.insn_counts[key] = self.stats.insn_counts.get(key, 0) + 1
 
     def _dram_rows(self, insn: MemInsn, index: int, dram: Dram, elem: int) -> np.ndarray:
@@ -275,7 +206,7 @@ class FunctionalSimulator:
         last = start + ((insn.y_size - 1) * insn.x_stride + insn.x_size) * elem
         if last > dram.nbytes:
             raise SimulationError(
-                f"instruction {index} ({_count_key(insn)}): DRAM range "
+                f"instruction {index} ({count_key(insn)}): DRAM range "
                 f"[{start}, {last}) is beyond the {dram.nbytes}-byte image"
             )
         return np.lib.stride_tricks.as_strided(
@@ -323,7 +254,7 @@ class FunctionalSimulator:
         if idx.size and (idx.max() >= depth or idx.min() < 0):
             bad = int(idx.max()) if idx.max() >= depth else int(idx.min())
             raise SimulationError(
-                f"instruction {index} ({_count_key(insn)}): {name} index {bad} is outside "
+                f"instruction {index} ({count_key(insn)}): {name} index {bad} is outside "
                 f"the buffer of depth {depth}"
             )
 
@@ -504,55 +435,6 @@ def _alu_vectorisable(dst: np.ndarray, src: np.ndarray, use_imm: bool, depth: in
         return True
     w = writer[src]
     return not np.any((w >= 0) & (w < np.arange(src.size)))
-
-
-def _apply_tokens(
-    module: Module,
-    insn: Insn,
-    index: int,
-    tokens: dict[TokenQueue, int],
-    last_push: dict[TokenQueue, int],
-) -> None:
-    for flag in insn.deps():
-        queue = DEP_QUEUES[(module, flag)]
-        if flag.startswith("pop"):
-            tokens[queue] -= 1
-        else:
-            tokens[queue] += 1
-            last_push[queue] = index
-
-
-def _deadlock_report(
-    queues: dict[Module, deque[tuple[int, Insn]]], tokens: dict[TokenQueue, int], cap: int
-) -> str:
-    parts = []
-    for module, queue in queues.items():
-        name = module.name.lower()
-        if not queue:
-            parts.append(f"{name} has no instructions left")
-            continue
-        index, insn = queue[0]
-        waits = []
-        for flag in insn.deps():
-            q = DEP_QUEUES[(module, flag)]
-            if flag.startswith("pop") and tokens[q] == 0:
-                waits.append(f"pop {q.value} (0 tokens)")
-            elif flag.startswith("push") and tokens[q] >= cap:
-                waits.append(f"push {q.value} (full, {cap} tokens)")
-        what = " and ".join(waits) or "the FINISH drain"
-        parts.append(f"{name} waits at instruction {index} ({_count_key(insn)}) to {what}")
-    counts = " ".join(f"{q.value}={n}" for q, n in tokens.items())
-    return f"deadlock: {'; '.join(parts)}; tokens: {counts}"
-
-
-def place_program(program: Program, dram: Dram) -> None:
-    """Add the program's regions to ``dram`` and write its micro-op table there."""
-    for region in program.regions.values():
-        dram.add_region(region)
-    if len(program.uops):
-        assert program.uop_region is not None  # Program.validate checked it
-        words = encode_uops(program.uops, program.config)
-        dram.write(program.uop_region, words.astype(f"<u{program.config.uop_bytes}"))
 
 
 def run_functional(program: Program, dram: Dram) -> FsimStats:

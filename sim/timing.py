@@ -3,7 +3,7 @@
 One process per module - fetch, load, compute, store - each started by its own constructor;
 bounded ``simpy.Store`` command queues and token queues sized from the config, so back-pressure
 is real; one shared :class:`DramChannel`. Events are per instruction and per DRAM burst, never
-per clock cycle. Every delay comes from :mod:`sim.costs`.
+per clock cycle. Every delay comes from :mod:`accel.machine.costs`.
 
 Functional effects are applied by :class:`~sim.functional.FunctionalSimulator` when the timing
 model retires each instruction, so the DRAM results are those of ``fsim`` for any correctly
@@ -19,9 +19,10 @@ from typing import Any
 
 import simpy
 
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import (
+from accel.machine import costs
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram, place_program
+from accel.machine.isa import (
     DEP_QUEUES,
     INSN_BYTES,
     AluInsn,
@@ -33,10 +34,8 @@ from accel.isa import (
     TokenQueue,
     module_of,
 )
-from accel.program import Program, ProgramError, _count_key
-from sim import costs
-from sim.errors import SimulationDeadlock
-from sim.functional import FunctionalSimulator, place_program
+from accel.machine.program import Program, ProgramError, SimulationDeadlock, count_key
+from sim.functional import FunctionalSimulator
 from sim.stats import (
     CMD_EMPTY,
     DRAM_WAIT,
@@ -467,7 +466,7 @@ class TimingSimulator:
             else:
                 index, insn = unit.current
                 parts.append(
-                    f"{unit.name} waits at instruction {index} ({_count_key(insn)}) to "
+                    f"{unit.name} waits at instruction {index} ({count_key(insn)}) to "
                     f"{unit.waiting}"
                 )
         fetch = self.fetch

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import accel
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 
 RNG_SEED = 20240607
 

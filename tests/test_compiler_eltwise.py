@@ -12,7 +12,7 @@ import pytest
 
 import accel
 from accel.api import run_program
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.ops.compiled import CompiledOp
 from compiler.ops.eltwise import (
@@ -93,7 +93,7 @@ def test_batch2_core(cfg: HwConfig, rng: np.random.Generator) -> None:
 
 def test_blocked_inputs_pass_through(cfg: HwConfig, rng: np.random.Generator) -> None:
     """Inputs already in the blocked layout (between accelerator nodes) are used as they are."""
-    from accel.dram import pack_activation
+    from accel.machine.dram import pack_activation
 
     wl = AddWorkload(1, 12, 3, 2, 1, False)
     op = compile_add(wl, cfg)

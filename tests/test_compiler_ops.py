@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import accel
 from accel.api import Report
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.ops.compiled import compile_conv2d, compile_matmul
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from accel.config import HwConfig, load_config
-from accel.isa import AluOp, MemType, Module, TokenQueue
+from accel.machine.config import HwConfig, load_config
+from accel.machine.isa import AluOp, MemType, Module, TokenQueue
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.passes.alu import inject_alu, inplace_acc

@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from accel.config import load_config
-from accel.dram import pack_activation, pack_weight, unpack_activation
+from accel.machine.config import load_config
+from accel.machine.dram import pack_activation, pack_weight, unpack_activation
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.lower import lower

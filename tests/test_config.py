@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from accel.cli import main
-from accel.config import ConfigError, HwConfig, load_config, shipped_configs
+from accel.machine.config import ConfigError, HwConfig, load_config, shipped_configs
 
 
 def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> Path:

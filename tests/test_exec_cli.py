@@ -12,8 +12,8 @@ from test_vcd_window import AMARANTH_TOP, VERILATOR_TOP, assert_window, needs_ve
 
 import accel
 from accel.cli import main
-from accel.config import HwConfig
-from accel.dram import Dram
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_exec_on_amaranth_rtl_with_check_and_vcd(program_file: Path, tmp_path: P
 
 def test_exec_runs_assembly_text_and_writes_a_trace(program_file: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from accel.program import Program, disassemble
+    from accel.machine.program import Program, disassemble
 
     source = tmp_path / "p.s"
     source.write_text(disassemble(Program.load(program_file)))
@@ -184,10 +184,10 @@ def test_exec_check_reports_a_difference(program_file: Path, monkeypatch: pytest
                                          capsys: pytest.CaptureFixture[str]) -> None:
     """A backend whose DRAM or cycles differ from the references: exit status 1, and the
     check line says where."""
-    import accel.api
+    import runtime.backends
 
-    real = accel.api.run_program
-    program = accel.program.Program.load(program_file)
+    real = runtime.backends.run_program
+    program = accel.machine.program.Program.load(program_file)
     out = program.regions["out"]
 
     def off_by_one(program: object, dram: Dram, backend: str = "fsim", **kw: object) -> object:
@@ -197,7 +197,7 @@ def test_exec_check_reports_a_difference(program_file: Path, monkeypatch: pytest
             result.cycles += 1
         return result
 
-    monkeypatch.setattr(accel.api, "run_program", off_by_one)
+    monkeypatch.setattr(runtime.backends, "run_program", off_by_one)
     assert main(["exec", str(program_file), "--check"]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == (
         "check: FAILED: DRAM differs from fsim's (1 bytes differ, the first at byte "

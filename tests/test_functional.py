@@ -1,6 +1,6 @@
 """VTA's instruction-level test list, as hand-written programs on the functional simulator.
 
-Every test writes a program with :class:`accel.builder.ProgramBuilder`, runs it with
+Every test writes a program with :class:`accel.machine.builder.ProgramBuilder`, runs it with
 ``accel.run_program(..., backend="fsim")`` and compares what it stored (and, where the case is
 about on-chip state, the simulator's SRAM) bit-exactly with a plain numpy / Python-int
 computation written here, never with the simulator itself. Programs are synchronised with the
@@ -20,12 +20,17 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 import accel
-from accel.builder import ProgramBuilder
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import AluOp, MemType, TokenQueue
-from accel.program import Program, ProgramError, token_trace
-from sim.errors import SimulationDeadlock, SimulationError
+from accel.machine.builder import ProgramBuilder
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
+from accel.machine.isa import AluOp, MemType, TokenQueue
+from accel.machine.program import (
+    Program,
+    ProgramError,
+    SimulationDeadlock,
+    SimulationError,
+    token_trace,
+)
 from sim.functional import FunctionalSimulator
 
 INT32_MIN = -(2**31)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import infer_types
 from compiler.graph.passes import optimize

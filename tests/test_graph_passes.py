@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import OPS, OpPattern, infer_types, op_pattern, physical_shape
 from compiler.graph.passes import (

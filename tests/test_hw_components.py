@@ -14,8 +14,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from accel import load_config
-from accel.config import HwConfig
-from accel.isa import AluOp, IsaLayout, MemType, Opcode
+from accel.machine.config import HwConfig
+from accel.machine.isa import AluOp, IsaLayout, MemType, Opcode
 from hw.compute import AluLane, GemmCore
 from hw.control import DepControl
 from hw.dram import REQUESTERS, DramArbiter, DramPort
@@ -417,11 +417,11 @@ def test_fetch_dispatches_predecoded_bits(bpc: int) -> None:
     queue's predecoded bits of it, formed as the words arrived (as two beats, one, or two
     words in a beat). Half the words are a random program's instructions, half random bits
     (whose routing follows the opcode alone)."""
-    from accel.isa import decode_insn, encode_insn, module_of
+    from accel.machine.isa import decode_insn, encode_insn, module_of
+    from accel.testing.randprog import numpy_pick, random_program
     from hw.compute import compute_predecode
     from hw.dma import mem_predecode
     from hw.fetch import QUEUES, Fetch
-    from hw.randprog import numpy_pick, random_program
 
     cfg = load_config("tiny").replace(**{"dram.bytes_per_cycle": bpc})
     p = RtlParams.of(cfg)

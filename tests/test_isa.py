@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from accel.cli import main
-from accel.config import HwConfig, load_config, shipped_configs
-from accel.isa import (
+from accel.machine.config import HwConfig, load_config, shipped_configs
+from accel.machine.isa import (
     DEP_FLAGS,
     INSN_BYTES,
     AluInsn,
@@ -38,7 +38,7 @@ from accel.isa import (
     encode_uops,
     module_of,
 )
-from accel.program import (
+from accel.machine.program import (
     AsmError,
     Program,
     ProgramError,

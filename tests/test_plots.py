@@ -164,7 +164,7 @@ def test_roofline_points_lie_under_their_roofs(measured: Any) -> None:
 @pytest.fixture(scope="module")
 def rtl_vcd(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     """A VCD of a small pipelined program on tiny from Amaranth's simulator, and its cycles."""
-    from accel.synthetic import pipelined_gemm
+    from accel.testing.synthetic import pipelined_gemm
     from hw.backend import run_rtl
 
     cfg = accel.load_config("tiny")
@@ -177,7 +177,7 @@ def rtl_vcd(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 def test_vcd_reader_counts_the_cycles_the_rtl_reported(rtl_vcd: tuple[Path, int]) -> None:
     import bisect
 
-    from accel.waveform import clock_edges, read_vcd
+    from hw.waveform import clock_edges, read_vcd
 
     path, cycles = rtl_vcd
     signals = read_vcd(path, ["*.top.clk", "*.top.running", "*.top.done"])
@@ -191,7 +191,7 @@ def test_vcd_reader_counts_the_cycles_the_rtl_reported(rtl_vcd: tuple[Path, int]
 
 
 def test_vcd_reader_errors(rtl_vcd: tuple[Path, int], tmp_path: Path) -> None:
-    from accel.waveform import VcdError, read_vcd
+    from hw.waveform import VcdError, read_vcd
 
     path, _ = rtl_vcd
     with pytest.raises(VcdError, match=r"run.vcd: no signal matches \*.nonexistent"):

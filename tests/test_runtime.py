@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from accel.config import HwConfig, load_config
+from accel.machine.config import HwConfig, load_config
 from compiler.graph.ir import Graph, Node, TensorType
 from runtime import kernels
-from runtime.backends import available_backends, backend, fallback_kernels
+from runtime.backends import available_backends, fallback_kernels, find_backend
 from runtime.executable import Executable
 
 
@@ -114,10 +114,10 @@ def test_report_files(tmp_path: Path) -> None:
 
 def test_registries() -> None:
     assert [c.name for c in available_backends()] == ["fsim", "sim", "rtl"]
-    assert backend("sim").caps.timed and not backend("fsim").caps.timed
+    assert find_backend("sim").caps.timed and not find_backend("fsim").caps.timed
     with pytest.raises(ValueError, match=r"^unknown backend 'gpu'; expected one of fsim, sim, "
                                          r"rtl$"):
-        backend("gpu")
+        find_backend("gpu")
     assert fallback_kernels("cpu") is kernels
     with pytest.raises(ValueError, match=r"^unknown fallback 'tpu'; expected one of cpu, gpu$"):
         fallback_kernels("tpu")
@@ -148,8 +148,8 @@ def test_timing_reuse_equals_a_fresh_simulation() -> None:
     b = compile_conv2d(Conv2dWorkload(1, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, True, 7, True), cfg)
     assert a.program.insns != b.program.insns
     assert timing_signature(a.program) == timing_signature(b.program)
-    backend("sim").run(a.program, a.dram(), cfg, False)
-    reused, cycles = backend("sim").run(b.program, b.dram(), cfg, False)
+    find_backend("sim").run(a.program, a.dram(), cfg, False)
+    reused, cycles = find_backend("sim").run(b.program, b.dram(), cfg, False)
     fresh = TimingSimulator(cfg).run(b.program, b.dram())
     assert cycles == fresh.cycles
     assert reused.to_dict() == fresh.to_dict()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from accel import load_config, run_program
-from accel.synthetic import gemm_tile
+from accel.testing.synthetic import gemm_tile
 from hw.backend import run_rtl
 
 

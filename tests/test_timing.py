@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 
 from accel import load_config, run_program
-from accel.builder import ProgramBuilder
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import AluOp, MemType
-from accel.program import Program, ProgramError
-from sim import costs
-from sim.errors import SimulationDeadlock
+from accel.machine import costs
+from accel.machine.builder import ProgramBuilder
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
+from accel.machine.isa import AluOp, MemType
+from accel.machine.program import Program, ProgramError, SimulationDeadlock
 from sim.stats import SimStats
 from sim.timing import Queue, TimingSimulator
 

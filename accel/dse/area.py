@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 
 __all__ = ["AREA_FIELDS", "area_columns", "estimator", "synth_lock"]
 
@@ -48,7 +48,7 @@ def estimator(spec: str) -> Callable[[HwConfig, str], Any]:
 def synth_lock(cfg: HwConfig, target: str) -> Iterator[None]:
     """Hold an exclusive lock on ``(cfg.name, target)`` while synthesising (POSIX ``flock``;
     no lock where that is missing or caching is off)."""
-    from accel.cache import cache_dir
+    from accel.machine.cache import cache_dir
 
     folder = cache_dir("synth")
     try:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from accel.config import ConfigError, HwConfig
 from accel.dse.results import (
     METRIC_COLUMNS,
     MODULES,
@@ -36,6 +35,7 @@ from accel.dse.results import (
     write_parquet,
 )
 from accel.dse.spec import Point, SweepSpec, WorkloadItem, expand
+from accel.machine.config import ConfigError, HwConfig
 
 __all__ = ["PointResult", "SweepError", "SweepSummary", "run_point", "run_sweep"]
 
@@ -209,8 +209,8 @@ def _run_layer(point: Point, cfg: HwConfig, row: dict[str, Any]
                ) -> tuple[list[dict[str, Any]], str | None]:
     import numpy as np
 
-    from accel.api import run_program
     from compiler.ops.compiled import compile_conv2d, pack_conv2d_args
+    from runtime.backends import run_program
 
     wl = _conv_workload(point.workload)
     op = compile_conv2d(wl, cfg)

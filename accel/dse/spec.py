@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel.config import ConfigError, HwConfig, _parse_yaml, load_config
+from accel.machine.config import ConfigError, HwConfig, load_config, parse_yaml
 
 __all__ = [
     "BACKENDS",
@@ -260,7 +260,7 @@ class _Checker:
 # ---------------------------------------------------------------------- parsing
 def sweeps_dir() -> Path:
     """Folder of the shipped sweep specs (``accel/configs/sweeps``)."""
-    from accel.config import config_dir
+    from accel.machine.config import config_dir
 
     return config_dir() / "sweeps"
 
@@ -290,7 +290,7 @@ def load_spec(path: str | Path) -> SweepSpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError(f"{path}: cannot read sweep spec: {exc}") from None
     try:
-        data = _parse_yaml(text, str(path))
+        data = parse_yaml(text, str(path))
     except ConfigError as exc:
         raise SpecError(str(exc)) from None
     return parse_spec(data, source=str(path), base_dir=path.parent, text=text,

@@ -14,8 +14,8 @@ two agree op by op:
 - quantize: ``clip(rint(x * 2**s), -128, 127)`` (round half to even); dequantize: ``q * 2**-s``.
 
 Float operators compute in float64 and store float32. Values whose type has a blocked layout
-(``NCHW1n8c``) are stored packed (``accel.dram.pack_activation``: zero padding); every operator
-reads its inputs unpacked to their logical shape and packs its output as declared, so
+(``NCHW1n8c``) are stored packed (``accel.machine.dram.pack_activation``: zero padding); every
+operator reads its inputs unpacked to their logical shape and packs its output as declared, so
 ``layout_pack`` / ``layout_unpack`` only move data.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from accel.dram import pack_activation, unpack_activation
+from accel.machine.dram import pack_activation, unpack_activation
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import parse_layout, physical_shape
 

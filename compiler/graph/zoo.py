@@ -29,7 +29,7 @@ import pickle
 
 import numpy as np
 
-from accel.cache import cache_dir, code_version
+from accel.machine.cache import cache_dir, code_version
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import infer_types
 from compiler.graph.reference import conv2d_acc, dense_acc, requantize

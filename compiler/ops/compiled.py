@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from accel.cache import cache_dir, code_version
-from accel.config import HwConfig
-from accel.dram import Dram, pack_activation, pack_weight, unpack_activation
-from accel.program import Program
+from accel.machine.cache import cache_dir, code_version
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram, pack_activation, pack_weight, unpack_activation
+from accel.machine.program import Program
 from compiler.build import build
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
@@ -26,8 +26,8 @@ from compiler.ops.matmul import (
     matmul_schedule,
 )
 
-__all__ = ["CompiledOp", "cache_clear", "compile_conv2d", "compile_matmul", "conv2d_program",
-           "logged_knobs", "matmul_program"]
+__all__ = ["CompiledOp", "cache_clear", "compile_cached", "compile_conv2d", "compile_matmul",
+           "conv2d_program", "logged_knobs", "matmul_program"]
 
 _CACHE: dict[tuple[str, str, Any], CompiledOp] = {}
 
@@ -75,8 +75,8 @@ def cache_clear() -> None:
     _CACHE.clear()
 
 
-def _compiled(wl: Conv2dWorkload | MatmulWorkload, knobs: Conv2dKnobs | MatmulKnobs,
-              cfg: HwConfig, make: Callable[[], Program]) -> CompiledOp:
+def compile_cached(wl: Conv2dWorkload | MatmulWorkload, knobs: Conv2dKnobs | MatmulKnobs,
+                   cfg: HwConfig, make: Callable[[], Program]) -> CompiledOp:
     """The cached program of (config, signature, knobs): in memory, then on disk
     (``$ACCEL_CACHE_DIR/programs``), else built by ``make`` and stored in both."""
     key = (cfg.name, wl.signature(), knobs)
@@ -88,7 +88,7 @@ def _compiled(wl: Conv2dWorkload | MatmulWorkload, knobs: Conv2dKnobs | MatmulKn
     path = None
     if folder is not None:
         path = folder / (f"{cfg.name}__{wl.signature()}__{knob_tag}__"
-                         f"{code_version('accel', 'compiler')}.bin")
+                         f"{code_version('accel.machine', 'compiler')}.bin")
     program = None
     if path is not None and path.exists():
         try:
@@ -156,7 +156,7 @@ def compile_conv2d(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs | None 
     """
     chosen = knobs or (logged_knobs(tuning_log, wl, cfg, Conv2dKnobs) if tuning_log is not None
                        else None) or default_conv2d_knobs(wl, cfg)
-    return _compiled(wl, chosen, cfg, lambda: conv2d_program(wl, cfg, chosen))
+    return compile_cached(wl, chosen, cfg, lambda: conv2d_program(wl, cfg, chosen))
 
 
 def compile_matmul(wl: MatmulWorkload, cfg: HwConfig, knobs: MatmulKnobs | None = None,
@@ -164,7 +164,7 @@ def compile_matmul(wl: MatmulWorkload, cfg: HwConfig, knobs: MatmulKnobs | None 
     """Compile ``wl`` for ``cfg``, cached; knobs chosen as :func:`compile_conv2d` does."""
     chosen = knobs or (logged_knobs(tuning_log, wl, cfg, MatmulKnobs) if tuning_log is not None
                        else None) or default_matmul_knobs(wl, cfg)
-    return _compiled(wl, chosen, cfg, lambda: matmul_program(wl, cfg, chosen))
+    return compile_cached(wl, chosen, cfg, lambda: matmul_program(wl, cfg, chosen))
 
 
 def pack_conv2d_args(op: CompiledOp, x: np.ndarray, w: np.ndarray,

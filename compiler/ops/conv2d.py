@@ -1,6 +1,6 @@
 """conv2d: the compute definition on blocked layouts and its accelerator schedule.
 
-The operator is defined on the layouts the accelerator moves (``accel.dram``): data
+The operator is defined on the layouts the accelerator moves (``accel.machine.dram``): data
 ``NCHW{b}n{i}c`` as ``(N/b, C/i, H, W, b, i)``, kernel ``OIHW{o}o{i}i``, bias per output channel
 block as ``(O/o, b, o)`` int32 (one acc tile per block), output ``(N/b, O/o, OH, OW, b, o)`` int8.
 The body is the int32 sum over input-channel blocks, kernel rows and columns and the channels
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.ops.requant import requantize_stages, schedule_requant

@@ -10,7 +10,7 @@ which only GEMM reads), so ``out = clip(relu((a + b) >> shift))`` is computed as
     out = int8(ga)              (STORE OUT)
 
 The identity tile needs ``block_in == block_out``: that is when the config can run an add.
-Layouts are the accelerator's blocked ones (``accel.dram``): ``a``, ``b`` and ``out`` are
+Layouts are the accelerator's blocked ones (``accel.machine.dram``): ``a``, ``b`` and ``out`` are
 ``(N/b, C/c, H, W, b, c)`` int8, ``ident`` is one weight tile ``(1, 1, o, i)`` int8.
 
 Why two GEMM stages and an ALU ADD rather than one accumulation ``acc += a.I; acc += b.I``:
@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from accel.config import HwConfig
-from accel.dram import pack_activation
+from accel.machine.config import HwConfig
+from accel.machine.dram import pack_activation
 from compiler.build import build
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
-from compiler.ops.compiled import CompiledOp, _compiled
+from compiler.ops.compiled import CompiledOp, compile_cached
 from compiler.ops.requant import requantize_stages, schedule_requant
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
@@ -275,7 +275,7 @@ def compile_add(wl: AddWorkload, cfg: HwConfig, knobs: AddKnobs | None = None) -
     """
     check_add_config(wl, cfg)
     chosen = knobs or default_add_knobs(wl, cfg)
-    return _compiled(wl, chosen, cfg, lambda: build(  # type: ignore[arg-type]
+    return compile_cached(wl, chosen, cfg, lambda: build(  # type: ignore[arg-type]
         add_schedule(wl, chosen, cfg), cfg, "add",
         meta={"signature": wl.signature(), "knobs": chosen.to_dict()}).program)
 

@@ -1,6 +1,6 @@
 """Default schedule knobs: the fastest candidate under an analytic cycle model that fits.
 
-The model follows ``sim.costs`` without importing it (the compiler never imports ``sim``):
+The model follows ``accel.machine.costs`` without importing it (the compiler never imports ``sim``):
 per output tile, compute (GEMM micro-ops, ALU ops, reset) runs on one module while the DRAM
 channel carries the input, weight, bias and output copies, each transaction paying the access
 latency. With two virtual threads the two overlap (time = max); with one they add up. Every
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
 

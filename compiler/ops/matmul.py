@@ -11,7 +11,7 @@ import itertools
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.ops.requant import requantize_stages, schedule_requant

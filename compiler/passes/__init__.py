@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.passes.alu import inject_alu, inplace_acc
 from compiler.passes.deps import insert_dependencies
 from compiler.passes.dma import inject_dma

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from accel.config import HwConfig
-from accel.isa import AluOp
+from accel.machine.config import HwConfig
+from accel.machine.isa import AluOp
 from compiler.errors import LoweringError
 from compiler.passes.common import perfect_nest, split_tile_access, wrap_loops
 from compiler.schedule import Pragma

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accel.config import HwConfig
-from accel.isa import MemType, Module, TokenQueue
+from accel.machine.config import HwConfig
+from accel.machine.isa import MemType, Module, TokenQueue
 from compiler.errors import LoweringError
 from compiler.te import BinOp, Cmp, Expr, IntImm, Var
 from compiler.tir import (

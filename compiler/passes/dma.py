@@ -23,8 +23,8 @@ is allowed), so border tiles get pads and inner tiles none.
 
 from __future__ import annotations
 
-from accel.config import HwConfig
-from accel.isa import MemType
+from accel.machine.config import HwConfig
+from accel.machine.isa import MemType
 from compiler.arith import Affine, NotAffine, to_affine
 from compiler.errors import LoweringError
 from compiler.passes.common import perfect_nest

@@ -9,7 +9,7 @@ where it came from::
 
 from __future__ import annotations
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.tir import Allocate, Buffer, PrimFunc, stmts
 

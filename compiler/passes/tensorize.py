@@ -19,7 +19,7 @@ tile axis, and the shape of the expression.
 
 from __future__ import annotations
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.passes.common import perfect_nest, split_tile_access
 from compiler.schedule import Intrinsic

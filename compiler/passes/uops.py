@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.arith import NotAffine, to_affine
 from compiler.te import Var, walk
 from compiler.tir import (

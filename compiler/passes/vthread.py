@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.passes.deps import module_of_stmt
 from compiler.te import (
     BinOp,

@@ -30,17 +30,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.arith import NotAffine, to_affine
 from compiler.lower import lower
 from compiler.passes.alu import inject_alu, inplace_acc
 from compiler.passes.dma import inject_dma
 from compiler.passes.tensorize import tensorize
 from compiler.passes.uops import fold_uop_loops, uop_refs
+from compiler.schedule import Schedule
 from compiler.te import Var, walk
 from compiler.tir import (
     Allocate,
@@ -55,8 +56,15 @@ from compiler.tir import (
     evaluate_expr,
 )
 
-if TYPE_CHECKING:
-    from compiler.tune.task import Task
+
+class Task(Protocol):
+    """What features need of a tuning task (``compiler.tune.task.Task`` has it): the
+    operator's name, the config and the schedule of a knob setting."""
+
+    kind: str
+    config: HwConfig
+
+    def schedule(self, knobs: Any) -> Schedule: ...
 
 __all__ = ["FEATURE_NAMES", "GLOBAL_FEATURES", "LEVEL_FEATURES", "MAX_LEVELS", "N_FEATURES",
            "knob_features", "lower_for_features", "program_features"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import TILE_ORDERS, Conv2dKnobs, Conv2dWorkload
 from compiler.ops.heuristic import fits

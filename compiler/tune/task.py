@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
 from compiler.ops.heuristic import default_conv2d_knobs
 from compiler.ops.matmul import (

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.graph.ir import Graph, GraphError
 from compiler.graph.passes.common import is_float_graph
 from compiler.graph.passes.fold import fold_batch_norm, fold_constants

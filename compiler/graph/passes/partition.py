@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from accel.config import HwConfig
+from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.graph.ir import Graph, GraphError, Node
 from compiler.graph.passes.common import node_macs

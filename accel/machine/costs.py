@@ -43,12 +43,18 @@ queue in its decode cycle, or the compute instruction before it was decoded in t
 before (a single-cycle one) - issues its first micro-op a cycle late::
 
     + UOP_PREFETCH_MISS_CYCLES      (= 1, on such an instruction)
+
+A program's cycles are at most its *serial* cycles (:func:`serial_cycles`), everything above
+one after another: until FINISH some part of the machine is always in one of these activities
+(a module or fetch waiting on a queue or the channel waits on one that is), so overlap can only
+shorten the run.
 """
 
 from __future__ import annotations
 
-from accel.config import HwConfig
-from accel.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn
+from accel.machine.config import HwConfig
+from accel.machine.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn
+from accel.machine.program import Program
 
 __all__ = [
     "DECODE_CYCLES",
@@ -64,6 +70,7 @@ __all__ = [
     "mem_elem_bytes",
     "mem_pad_cycles",
     "mem_row_bursts",
+    "serial_cycles",
 ]
 
 DECODE_CYCLES = 1
@@ -143,3 +150,21 @@ def insn_compute_cycles(insn: Insn, cfg: HwConfig) -> int:
     if isinstance(insn, AluInsn):
         return alu_cycles(insn, cfg)
     return DECODE_CYCLES
+
+
+def serial_cycles(program: Program) -> int:
+    """An upper bound on ``program``'s cycles: fetch, every instruction (each DRAM transaction
+    with the channel to itself, a micro-op prefetch miss on every GEMM and ALU), and a
+    :data:`QUEUE_FULL_RESUME_CYCLES` on every command and token put, one after another."""
+    cfg = program.config
+    n = len(program.insns)
+    batch = fetch_batch_size(cfg)
+    total = sum(fetch_cycles(min(batch, n - i), cfg) for i in range(0, n, batch))
+    for insn in program.insns:
+        if isinstance(insn, MemInsn):
+            total += mem_cycles(insn, cfg)
+        else:
+            total += insn_compute_cycles(insn, cfg) + UOP_PREFETCH_MISS_CYCLES
+        puts = 1 + sum(flag.startswith("push") for flag in insn.deps())
+        total += puts * QUEUE_FULL_RESUME_CYCLES
+    return total

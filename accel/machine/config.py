@@ -30,6 +30,8 @@ from typing import Any
 
 import yaml
 
+from accel.machine.layout import IsaLayout
+
 __all__ = [
     "INSN_BITS",
     "Buffers",
@@ -43,6 +45,7 @@ __all__ = [
     "Queues",
     "config_dir",
     "load_config",
+    "parse_yaml",
     "shipped_configs",
 ]
 
@@ -427,9 +430,6 @@ class HwConfig:
 
 
 def _format_bits(cfg: HwConfig) -> dict[str, int]:
-    # Imported here: accel.isa imports this module.
-    from accel.isa import IsaLayout
-
     layout = IsaLayout.of(cfg)
     return {fmt.name: fmt.total_bits for fmt in layout.formats.values()}
 
@@ -524,8 +524,6 @@ def _validate(cfg: HwConfig) -> None:
         f"micro-op indices (acc {cfg.acc_index_bits} + src {cfg.src_index_bits} + "
         f"wgt {cfg.wgt_index_bits} bits) to fit {MAX_UOP_BITS} bits", cfg.uop_bits,
     )
-    from accel.isa import IsaLayout
-
     for fmt in IsaLayout.of(cfg).formats.values():
         _check(
             fmt.total_bits <= INSN_BITS, cfg, "buffers",
@@ -537,7 +535,7 @@ def _validate(cfg: HwConfig) -> None:
 # ---------------------------------------------------------------------- loading
 def config_dir() -> Path:
     """Folder of the shipped configs (``accel/configs``, also ``configs/`` in the repo)."""
-    return Path(__file__).with_name("configs")
+    return Path(__file__).parent.parent / "configs"
 
 
 def shipped_configs() -> list[str]:
@@ -545,7 +543,9 @@ def shipped_configs() -> list[str]:
     return sorted(p.stem for p in config_dir().glob("*.yaml"))
 
 
-def _parse_yaml(text: str, source: str) -> Any:
+def parse_yaml(text: str, source: str) -> Any:
+    """``text`` parsed as YAML; a syntax error is a one-line :class:`ConfigError` naming
+    ``source``, line and column."""
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -592,7 +592,7 @@ def load_config(spec: str | Path | None = None) -> HwConfig:
         raise ConfigError(f"{path}: no such config file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc}") from None
-    data = _parse_yaml(text, str(path))
+    data = parse_yaml(text, str(path))
     if data is None:
         raise ConfigError(f"{path}: <top>: expected a mapping of config sections, got empty file")
     return HwConfig.from_dict(data, source=str(path))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from accel.builder import ProgramBuilder
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import AluOp, MemType
-from accel.program import Program
+from accel.machine.builder import ProgramBuilder
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
+from accel.machine.isa import AluOp, MemType
+from accel.machine.program import Program
 
 __all__ = ["gemm_tile", "pipelined_gemm"]
 

@@ -1,7 +1,7 @@
 """The instruction set: instruction and micro-op types, their bit layouts, and encode/decode.
 
 The bit layout of every instruction format is described once, by :class:`IsaLayout`, from the
-field widths a :class:`~accel.config.HwConfig` derives. The compiler encodes with it, the
+field widths a :class:`~accel.machine.config.HwConfig` derives. The compiler encodes with it, the
 simulators decode with it and the RTL builds its decoder from it, so a width can never drift
 between them (VTA's Chisel and HLS designs did drift).
 
@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
-import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from accel.config import INSN_BITS, HwConfig
+from accel.machine.config import INSN_BITS, HwConfig
+from accel.machine.layout import DEP_FLAGS, FieldSpec, InsnFormat, IsaLayout, Opcode
 
 __all__ = [
     "DEP_FLAGS",
@@ -63,14 +62,6 @@ __all__ = [
 ]
 
 INSN_BYTES = INSN_BITS // 8
-
-
-class Opcode(enum.IntEnum):
-    LOAD = 0
-    STORE = 1
-    GEMM = 2
-    FINISH = 3
-    ALU = 4
 
 
 class MemType(enum.IntEnum):
@@ -111,7 +102,6 @@ class TokenQueue(enum.Enum):
     S2C = "store->compute"
 
 
-DEP_FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 
 # (module, flag) -> token queue. A flag absent here is illegal on that module.
 DEP_QUEUES: dict[tuple[Module, str], TokenQueue] = {
@@ -255,136 +245,6 @@ def module_of(insn: Insn) -> Module:
         if insn.mem_type in (MemType.INP, MemType.WGT):
             return Module.LOAD
     return Module.COMPUTE
-
-
-# ---------------------------------------------------------------------- layout
-@dataclass(frozen=True)
-class FieldSpec:
-    """One bit field: ``width`` bits from ``lsb`` of the instruction word."""
-
-    name: str
-    width: int
-    lsb: int
-    signed: bool = False
-
-    @property
-    def lo(self) -> int:
-        return -(1 << (self.width - 1)) if self.signed else 0
-
-    @property
-    def hi(self) -> int:
-        return (1 << (self.width - 1)) - 1 if self.signed else (1 << self.width) - 1
-
-
-@dataclass(frozen=True)
-class InsnFormat:
-    """The ordered fields of one instruction format."""
-
-    name: str
-    fields: tuple[FieldSpec, ...]
-
-    @property
-    def total_bits(self) -> int:
-        return self.fields[-1].lsb + self.fields[-1].width
-
-    def widths_text(self) -> str:
-        return " ".join(f"{f.name}:{f.width}" for f in self.fields)
-
-    @functools.cached_property
-    def packing(self) -> tuple[Any, tuple[tuple[FieldSpec, int, int, int], ...]]:
-        """What :func:`encode_insn` uses for every instruction, computed once per format: a
-        getter of all the fields' values at once, and per field ``(field, lo, hi, mask)``."""
-        getter = operator.attrgetter(*(f.name for f in self.fields))
-        return getter, tuple((f, f.lo, f.hi, (1 << f.width) - 1) for f in self.fields)
-
-    def field(self, name: str) -> FieldSpec:
-        for f in self.fields:
-            if f.name == name:
-                return f
-        raise KeyError(f"{self.name} has no field {name!r}")
-
-
-def _fields(spec: Sequence[tuple[str, int] | tuple[str, int, bool]]) -> tuple[FieldSpec, ...]:
-    out, lsb = [], 0
-    for item in spec:
-        name, width = item[0], item[1]
-        signed = bool(item[2]) if len(item) > 2 else False
-        out.append(FieldSpec(name, width, lsb, signed))
-        lsb += width
-    return tuple(out)
-
-
-class IsaLayout:
-    """Bit layouts of every instruction format and of the micro-op, for one config.
-
-    Use :meth:`of` (cached per config). ``formats`` maps each :class:`Opcode` to its
-    :class:`InsnFormat`; ``uop`` is the micro-op's format.
-    """
-
-    def __init__(self, cfg: HwConfig) -> None:
-        isa = cfg.isa
-        header = [("opcode", 3)] + [(f, 1) for f in DEP_FLAGS]
-        loop = [
-            ("uop_bgn", cfg.uop_index_bits),
-            ("uop_end", cfg.uop_index_bits + 1),
-            ("iter_out", isa.iter_bits),
-            ("iter_in", isa.iter_bits),
-            ("dst_factor_out", cfg.acc_index_bits),
-            ("dst_factor_in", cfg.acc_index_bits),
-        ]
-        mem = _fields([
-            *header,
-            ("mem_type", 3),
-            ("sram_base", cfg.sram_index_bits),
-            ("dram_base", isa.dram_addr_bits),
-            ("y_size", isa.size_bits),
-            ("x_size", isa.size_bits),
-            ("x_stride", isa.size_bits),
-            ("y_pad_0", isa.pad_bits),
-            ("y_pad_1", isa.pad_bits),
-            ("x_pad_0", isa.pad_bits),
-            ("x_pad_1", isa.pad_bits),
-        ])
-        gemm = _fields([
-            *header,
-            ("reset", 1),
-            *loop,
-            ("src_factor_out", cfg.inp_index_bits),
-            ("src_factor_in", cfg.inp_index_bits),
-            ("wgt_factor_out", cfg.wgt_index_bits),
-            ("wgt_factor_in", cfg.wgt_index_bits),
-        ])
-        alu = _fields([
-            *header,
-            ("alu_op", 3),
-            *loop,
-            ("src_factor_out", cfg.acc_index_bits),
-            ("src_factor_in", cfg.acc_index_bits),
-            ("use_imm", 1),
-            ("imm", isa.imm_bits, True),
-        ])
-        self.formats: dict[Opcode, InsnFormat] = {
-            Opcode.LOAD: InsnFormat("LOAD", mem),
-            Opcode.STORE: InsnFormat("STORE", mem),
-            Opcode.GEMM: InsnFormat("GEMM", gemm),
-            Opcode.FINISH: InsnFormat("FINISH", _fields(header)),
-            Opcode.ALU: InsnFormat("ALU", alu),
-        }
-        self.uop = InsnFormat(
-            "UOP",
-            _fields([
-                ("dst", cfg.acc_index_bits),
-                ("src", cfg.src_index_bits),
-                ("wgt", cfg.wgt_index_bits),
-            ]),
-        )
-        self.uop_bytes = cfg.uop_bytes
-
-    @staticmethod
-    @functools.lru_cache(maxsize=64)
-    def of(cfg: HwConfig) -> IsaLayout:
-        """The (cached) layout for ``cfg``."""
-        return IsaLayout(cfg)
 
 
 _CLASS_OF = {

@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 import numpy as np
 
-from accel.builder import ProgramBuilder
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import AluOp, MemType
-from accel.program import Program
+from accel.machine.builder import ProgramBuilder
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
+from accel.machine.isa import AluOp, MemType
+from accel.machine.program import Program
 
 __all__ = ["Pick", "numpy_pick", "random_program"]
 

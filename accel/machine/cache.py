@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
+import importlib.util
 import os
+import tempfile
 from pathlib import Path
 
-__all__ = ["cache_dir", "code_version"]
+__all__ = ["cache_dir", "code_version", "work_dir"]
 
 
 def cache_dir(kind: str) -> Path | None:
@@ -31,13 +32,23 @@ def cache_dir(kind: str) -> Path | None:
     return path
 
 
+def work_dir(kind: str) -> Path:
+    """:func:`cache_dir`, or a fresh temporary folder when caching is off (for work that needs
+    a folder either way, such as a Verilator build)."""
+    path = cache_dir(kind)
+    return path if path is not None else Path(tempfile.mkdtemp(prefix=f"accel-{kind}-"))
+
+
 @functools.cache
 def code_version(*packages: str) -> str:
     """A short hash of every ``.py`` file of the given packages (sorted by path)."""
     digest = hashlib.sha256()
     for name in packages:
-        module = importlib.import_module(name)
-        root = Path(module.__file__ or "").parent
+        # Found, not imported: the contract imports nothing of the packages it hashes.
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"{name!r} is not an importable package")
+        root = Path(next(iter(spec.submodule_search_locations)))
         for path in sorted(root.rglob("*.py")):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from accel.config import HwConfig
-from accel.dram import Dram
-from accel.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemInsn, MemType
-from accel.program import Program
+from accel.machine.config import HwConfig
+from accel.machine.dram import Dram
+from accel.machine.isa import AluInsn, AluOp, FinishInsn, GemmInsn, Insn, MemInsn, MemType
+from accel.machine.program import Program
 
 __all__ = ["ProgramBuilder"]
 

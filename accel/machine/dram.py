@@ -9,20 +9,24 @@ The accelerator moves whole tiles, so tensors live in DRAM in blocked layouts:
   per ``(o, i)`` block.
 
 Dimensions that are not a multiple of the block are zero-padded on packing and cropped on
-unpacking. A :class:`Dram` is a growable byte image with named :class:`~accel.program.Region` s.
+unpacking. A :class:`Dram` is a growable byte image with named
+:class:`~accel.machine.program.Region` s; :func:`place_program` puts a program's regions and
+micro-ops into one, as every engine does before a run.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from accel.program import Region
+from accel.machine.isa import encode_uops
+from accel.machine.program import Program, Region
 
 __all__ = [
     "Dram",
     "DramError",
     "pack_activation",
     "pack_weight",
+    "place_program",
     "unpack_activation",
     "unpack_weight",
 ]
@@ -203,3 +207,19 @@ class Dram:
         other._data = self._data.copy()
         other.regions = dict(self.regions)
         return other
+
+
+def place_program(program: Program, dram: Dram) -> None:
+    """Add ``program``'s regions to ``dram`` and write its micro-op table there.
+
+    Raises
+    ------
+    DramError
+        A region overlaps one of ``dram``'s that differs from it.
+    """
+    for region in program.regions.values():
+        dram.add_region(region)
+    if len(program.uops):
+        assert program.uop_region is not None  # Program.validate checked it
+        words = encode_uops(program.uops, program.config)
+        dram.write(program.uop_region, words.astype(f"<u{program.config.uop_bytes}"))

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from accel.config import ConfigError, HwConfig, load_config, shipped_configs
-from accel.isa import (
+from accel.machine.config import ConfigError, HwConfig, load_config, shipped_configs
+from accel.machine.isa import (
     DEP_FLAGS,
     DEP_QUEUES,
     INSN_BYTES,
@@ -66,8 +66,11 @@ __all__ = [
     "ProgramError",
     "ProgramFormatError",
     "Region",
+    "SimulationDeadlock",
+    "SimulationError",
     "assemble",
     "assemble_file",
+    "count_key",
     "disassemble",
 ]
 
@@ -78,6 +81,14 @@ _HEAD = struct.Struct("<8sHHI")
 
 class ProgramError(ValueError):
     """An invalid program: the message names the instruction index and what is wrong."""
+
+
+class SimulationError(ProgramError):
+    """A program did something illegal at run time (index out of range, DRAM overrun)."""
+
+
+class SimulationDeadlock(SimulationError):
+    """No module can make progress before FINISH; the message says who waits on what."""
 
 
 class ProgramFormatError(ValueError):
@@ -318,12 +329,13 @@ class Program:
         """Instruction counts by mnemonic (LOAD_INP, GEMM, ALU_ADD, ...)."""
         out: dict[str, int] = {}
         for insn in self.insns:
-            key = _count_key(insn)
+            key = count_key(insn)
             out[key] = out.get(key, 0) + 1
         return out
 
 
-def _count_key(insn: Insn) -> str:
+def count_key(insn: Insn) -> str:
+    """The name an instruction is counted under: ``GEMM``, ``LOAD_INP``, ``ALU_SHR``, ..."""
     if isinstance(insn, MemInsn):
         return f"{insn.opcode.name}_{insn.mem_type.name}"
     if isinstance(insn, AluInsn):
@@ -405,7 +417,7 @@ def _all_valid(insns: Sequence[Insn], cfg: HwConfig) -> bool:
 
 def _check_insn(i: int, insn: Insn, cfg: HwConfig) -> None:
     def fail(why: str) -> ProgramError:
-        return ProgramError(f"instruction {i} ({_count_key(insn)}): {why}")
+        return ProgramError(f"instruction {i} ({count_key(insn)}): {why}")
 
     module = module_of(insn)
     for flag in insn.deps():

@@ -1,0 +1,40 @@
+"""The machine contract: what every part of accel agrees on, and imports nothing else of it.
+
+- :mod:`~accel.machine.config`: ``HwConfig``, loaded from YAML and validated once;
+- :mod:`~accel.machine.layout` and :mod:`~accel.machine.isa`: the instruction set, its bit
+  layouts and encode/decode;
+- :mod:`~accel.machine.program`: ``Program`` (instructions, micro-ops, DRAM regions), its
+  validation, binary file and assembly text, and the errors of running one;
+- :mod:`~accel.machine.dram`: the DRAM byte image and the blocked tensor layouts;
+- :mod:`~accel.machine.builder`: ``ProgramBuilder`` for hand-written programs;
+- :mod:`~accel.machine.costs`: the cycle cost of every instruction;
+- :mod:`~accel.machine.tokens`: the token protocol run without time (the order instructions may
+  retire in, deadlocks and leftovers named), and a program's placement in DRAM;
+- :mod:`~accel.machine.cache`: the on-disk cache folders every engine keys by what produced
+  an entry.
+
+The compiler, the simulators and the RTL import from here and nowhere above.
+"""
+
+from accel.machine.config import ConfigError, HwConfig, load_config, shipped_configs
+from accel.machine.program import (
+    Program,
+    ProgramError,
+    ProgramFormatError,
+    Region,
+    SimulationDeadlock,
+    SimulationError,
+)
+
+__all__ = [
+    "ConfigError",
+    "HwConfig",
+    "Program",
+    "ProgramError",
+    "ProgramFormatError",
+    "Region",
+    "SimulationDeadlock",
+    "SimulationError",
+    "load_config",
+    "shipped_configs",
+]
