@@ -42,6 +42,8 @@ the shortest depths the last result is written two cycles after the instruction'
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -387,6 +389,64 @@ class GemmCore(wiring.Component):
         return m
 
 
+_FACTORS = ("dst_out", "dst_in", "src_out", "src_in", "wgt_out", "wgt_in")
+"""The loop instruction's index factors: ``i * <k>_out + j * <k>_in`` is added to each micro-op's
+index ``k``."""
+
+
+@dataclass
+class _Loop:
+    """:class:`Compute`'s loop instruction (GEMM or ALU), as decoded and registered."""
+
+    now: dict[str, Value]       # the loop fields in the decode cycle, from the instruction
+    held: dict[str, Signal]     # the same registered at decode (``held["alu"]`` is ``alu_q``)
+    reset_q: Signal             # GEMM: reset the acc elements
+    op_q: Signal                # ALU: the operation, its immediate and whether to use it
+    use_imm_q: Signal
+    imm_q: Signal
+    first: Signal               # a loop's decode cycle, with micro-ops to issue
+    first_go: Signal            # ... whose first micro-op issues in it
+
+
+@dataclass
+class _Sequencer:
+    """:class:`Compute`'s micro-op sequencer: its registers and what they are formed from."""
+
+    state: dict[str, Signal]    # what ``_advance`` forms: wait, drain, loop counters, bases
+    nw: dict[str, Signal]       # the loop fields in the decode cycle, as signals
+    one_q: Signal               # the kernel is one micro-op long
+    in1_q: Signal               # iter_in == 1
+    wait_zero: Signal           # the issue waits no more
+
+
+@dataclass
+class _Stages:
+    """:class:`Compute`'s micro-op pipeline by stage: a micro-op in it, and its indices."""
+
+    valid: dict[int, Signal]    # v1, v2, ...
+    dsts: dict[int, Signal]     # dst2, dst3, ...: acc index
+    srcs: dict[int, Signal]     # src2, src3, src4: inp or acc index
+
+
+@dataclass
+class _Written:
+    """:class:`Compute`'s registered acc/out write port and the results it wrote."""
+
+    wdata: Signal               # the result written at the end of this cycle
+    wdata2: Signal              # the one before
+    w_valid: Signal
+    w_dst: Signal
+
+
+@dataclass
+class _AluOut:
+    """:class:`Compute`'s ALU lanes' outputs (:class:`AluLane`) for the micro-op in s7."""
+
+    prod7: Signal               # the MUL results
+    other7: Signal              # the other operations' results
+    mul7: Signal                # it is a MUL
+
+
 class Compute(wiring.Component):
     """The compute module with its uop and acc buffers.
 
@@ -510,9 +570,35 @@ class Compute(wiring.Component):
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
-        p = self._p
-        cfg = p.cfg
         family = family_of(platform)
+        # The parts add their statements in this order, which the generated Verilog's names
+        # and numbering follow: keep it.
+        ctrl, eng, uop_buf, acc_buf, core = self._submodules(m)
+        pre, is_load, is_loop, seq_last = self._decode(m, ctrl, eng)
+        # ---------------------------------------------------------------- sequencer
+        loop = self._loop_insn(m, ctrl, pre, is_load, is_loop)
+        seq = self._loop_counters(m, ctrl, pre, is_loop, loop)
+        issue = self._sequence(m, ctrl, pre, loop, seq, seq_last)
+        # ---------------------------------------------------------------- pipeline
+        uop = self._uop_read(m, uop_buf, eng, pre, loop, seq)
+        stages, b1 = self._index_stages(m, uop, issue, loop, seq)
+        self._gemm_operands(m, core, uop, b1)
+        wr = self._write_registers(m)
+        arrive, acc_data, acc_seen = self._acc_read_port(m, acc_buf, loop, stages, wr)
+        self._late_stages(m, stages, arrive)
+        gemm_acc6, gemm_hit7, gemm_hit8 = self._gemm_acc_read(m, stages, arrive, acc_seen)
+        a6, b6, out = self._alu_operands(m, loop, stages, wr, acc_data, acc_seen, family)
+        self._alu_lanes(m, loop, a6, b6, out)
+        wb_valid, wb_dst = self._result_dst(m, loop, stages, arrive)
+        gemm_sum = self._gemm_accumulate(m, core, wr, gemm_acc6, gemm_hit7, gemm_hit8)
+        self._write_port(m, eng, acc_buf, loop, wr, out, wb_valid, wb_dst, gemm_sum, family)
+        return m
+
+    def _submodules(self, m: Module
+                    ) -> tuple[DepControl, LoadEngine, SramBuffer, SramBuffer, GemmCore]:
+        """The dependency control, the load engine of LOAD UOP / LOAD ACC, the uop and acc
+        buffers and the GEMM core, wired to this module's queues, tokens and DRAM port."""
+        p = self._p
         m.submodules.control = ctrl = DepControl(
             p.insn_layout, pops=("pop_prev", "pop_next"), pushes=("push_prev", "push_next"),
             token_depth=p.token_depth, pre_bits=COMPUTE_PRE.size,
@@ -536,7 +622,12 @@ class Compute(wiring.Component):
             self.c2s_hold.eq(ctrl.hold),
             self.c2s_release.eq(ctrl.release),
         ]
+        return ctrl, eng, uop_buf, acc_buf, core
 
+    def _decode(self, m: Module, ctrl: DepControl, eng: LoadEngine
+                ) -> tuple[data.View, Signal, Signal, Signal]:
+        """The decode: the predecoded bits (``pre``, ``is_load``, ``is_loop``), LOAD's start of
+        the load engine, FINISH, and ``last`` from the engine or the sequencer (``seq_last``)."""
         insn = ctrl.insn
         # The decode's compares of the instruction come predecoded from the command queue.
         pre = Signal(COMPUTE_PRE)
@@ -561,8 +652,24 @@ class Compute(wiring.Component):
             self.issue.eq(start),
             self.retire.eq(ctrl.retire),
         ]
+        return pre, is_load, is_loop, seq_last
 
-        # ---------------------------------------------------------------- sequencer
+    def _loop_widths(self) -> dict[str, int]:
+        """Bits of each loop field (:class:`_Loop`'s ``held``)."""
+        cfg = self._p.cfg
+        acc_bits, wgt_bits = cfg.acc_index_bits, cfg.wgt_index_bits
+        src_bits = cfg.src_index_bits
+        return {"bgn": cfg.uop_index_bits + 1, "end": cfg.uop_index_bits + 1,
+                "n_out": cfg.isa.iter_bits, "n_in": cfg.isa.iter_bits,
+                "dst_out": acc_bits, "dst_in": acc_bits, "src_out": src_bits,
+                "src_in": src_bits, "wgt_out": wgt_bits, "wgt_in": wgt_bits, "alu": 1}
+
+    def _loop_insn(self, m: Module, ctrl: DepControl, pre: data.View, is_load: Signal,
+                   is_loop: Signal) -> _Loop:
+        """The loop fields of a GEMM or ALU and its other fields, registered at decode; the
+        control's ``single``, and ``first`` and ``first_go`` of a loop's decode cycle."""
+        insn = ctrl.insn
+        start = ctrl.start
         # The loop fields sit at different offsets in the GEMM and ALU formats. In the decode
         # cycle they come from the instruction (``now``), later from registers (``held``).
         g, a = insn.gemm, insn.alu
@@ -578,20 +685,12 @@ class Compute(wiring.Component):
         now["wgt_out"] = Mux(is_alu_now, 0, g.wgt_factor_out)
         now["wgt_in"] = Mux(is_alu_now, 0, g.wgt_factor_in)
         now["alu"] = is_alu_now
-        acc_bits, inp_bits, wgt_bits = cfg.acc_index_bits, cfg.inp_index_bits, cfg.wgt_index_bits
-        src_bits = cfg.src_index_bits
-        widths = {"bgn": cfg.uop_index_bits + 1, "end": cfg.uop_index_bits + 1,
-                  "n_out": cfg.isa.iter_bits, "n_in": cfg.isa.iter_bits,
-                  "dst_out": acc_bits, "dst_in": acc_bits, "src_out": src_bits,
-                  "src_in": src_bits, "wgt_out": wgt_bits, "wgt_in": wgt_bits, "alu": 1}
-        held = {k: Signal(w, name=f"{k}_q") for k, w in widths.items()}
-        factors = ("dst_out", "dst_in", "src_out", "src_in", "wgt_out", "wgt_in")
+        held = {k: Signal(w, name=f"{k}_q") for k, w in self._loop_widths().items()}
 
         reset_q = Signal()
         op_q = Signal(3)
         use_imm_q = Signal()
         imm_q = Signal(signed(32))
-        alu_q = held["alu"]
         with m.If(start & is_loop):
             m.d.sync += [held[k].eq(v) for k, v in now.items()]
             m.d.sync += [
@@ -614,7 +713,14 @@ class Compute(wiring.Component):
         # ``accel.machine.costs.UOP_PREFETCH_MISS_CYCLES`` of the timing simulator).
         first_go = Signal()
         m.d.comb += first_go.eq(first & ctrl.seen)
+        return _Loop(now, held, reset_q, op_q, use_imm_q, imm_q, first, first_go)
 
+    def _loop_counters(self, m: Module, ctrl: DepControl, pre: data.View, is_loop: Signal,
+                       loop: _Loop) -> _Sequencer:
+        """The sequencer's registers: the issue's wait, the drain, the loop counters and the
+        bases, with the loop fields of the decode cycle (``nw``) they start from."""
+        cfg = self._p.cfg
+        widths = self._loop_widths()
         max_ii = max(cfg.gemm.ii, cfg.alu.ii)
         issuing = Signal()
         wait = Signal(range(max_ii))
@@ -627,84 +733,103 @@ class Compute(wiring.Component):
         i_last_q = Signal()         # i_q + 1 == iter_out
         j_q = Signal(cfg.isa.iter_bits)
         i_q = Signal(cfg.isa.iter_bits)
-        base_q = {k: Signal(widths[k], name=f"base_{k}_q") for k in factors}
+        base_q = {k: Signal(widths[k], name=f"base_{k}_q") for k in _FACTORS}
         nw = {k: Signal(w, name=f"{k}_now") for k, w in widths.items()}
-        m.d.comb += [nw[k].eq(now[k]) for k in widths]
+        m.d.comb += [nw[k].eq(loop.now[k]) for k in widths]
         one_q = Signal()
         in1_q = Signal()
-        with m.If(start & is_loop):
+        with m.If(ctrl.start & is_loop):
             m.d.sync += [one_q.eq(pre.one), in1_q.eq(pre.in1)]
         wait_zero = Signal()
         m.d.comb += wait_zero.eq(wait == 0)
         state: dict[str, Signal] = {
             "wait": wait, "issuing": issuing, "draining": draining, "drain": drain, "u_q": u_q,
             "u_last_q": u_last_q, "j_q": j_q, "i_q": i_q, "j_last_q": j_last_q,
-            "i_last_q": i_last_q, **{f"base_{k}": base_q[k] for k in factors},
+            "i_last_q": i_last_q, **{f"base_{k}": base_q[k] for k in _FACTORS},
         }
+        return _Sequencer(state, nw, one_q, in1_q, wait_zero)
 
+    def _advance(self, ctrl: DepControl, pre: data.View, loop: _Loop, seq: _Sequencer,
+                 decode: bool) -> dict[str, Value]:
+        """The next value of each of the sequencer's registers (``seq.state``), as in a loop's
+        decode cycle (``decode``: from the instruction) or as in any other (from registers)."""
+        cfg = self._p.cfg
+        held, nw, state, wait_zero = loop.held, seq.nw, seq.state, seq.wait_zero
+        wait, issuing = state["wait"], state["issuing"]
+        draining, drain = state["draining"], state["drain"]
+        u_q, u_last_q = state["u_q"], state["u_last_q"]
+        j_q, j_last_q = state["j_q"], state["j_last_q"]
+        i_q, i_last_q = state["i_q"], state["i_last_q"]
+        base_q = {k: state[f"base_{k}"] for k in _FACTORS}
+        if decode:
+            # The first micro-op issues now (``first_go``) or, when it was not read in
+            # the cycle before, in the next cycle from the registers (``late`` below).
+            go = ctrl.seen
+            alu, bgn = nw["alu"], nw["bgn"]
+            u_wrap, j_wrap, i_wrap = pre.one, pre.in1, pre.out1
+            u_next, u_last_next = bgn + 1, pre.two
+            j, i, j_next, i_next = Const(0), Const(0), Const(1), Const(1)
+            j_last_next, i_last_next, one, in1 = pre.in2, pre.out2, pre.one, pre.in1
+            base = {k: Const(0) for k in _FACTORS}
+            stepped = {k: Value.cast(nw[k]) for k in _FACTORS}           # base + factor
+        else:
+            go = issuing & wait_zero
+            alu, bgn = held["alu"], held["bgn"]
+            u_wrap, j_wrap, i_wrap = u_last_q, j_last_q, i_last_q
+            u_next, u_last_next = u_q + 1, u_q + 2 == held["end"]         # of u_next
+            j, i, j_next, i_next = j_q, i_q, j_q + 1, i_q + 1
+            j_last_next = j_q + 2 == held["n_in"]                           # of j_next
+            i_last_next = i_q + 2 == held["n_out"]                          # of i_next
+            one, in1 = seq.one_q, seq.in1_q                                 # of j = 0
+            base = {k: Value.cast(base_q[k]) for k in _FACTORS}
+            stepped = {k: base_q[k] + held[k] for k in _FACTORS}
+        last = u_wrap & j_wrap & i_wrap
+        # The kernel goes on, or wraps and the inner loop steps, or both wrap and the
+        # outer loop steps.
+        kernel = {"u_q": u_next, "u_last_q": u_last_next, "j_q": j, "i_q": i,
+                  "j_last_q": j_wrap, "i_last_q": i_wrap,
+                  **{f"base_{k}": base[k] for k in _FACTORS}}
+        inner = {"u_q": bgn, "u_last_q": one, "j_q": j_next, "i_q": i,
+                 "j_last_q": j_last_next, "i_last_q": i_wrap,
+                 **{f"base_{k}": stepped[k] if k.endswith("_in") else base[k]
+                    for k in _FACTORS}}
+        outer = {"u_q": bgn, "u_last_q": one, "j_q": Const(0), "i_q": i_next,
+                 "j_last_q": in1, "i_last_q": i_last_next,
+                 **{f"base_{k}": Const(0) if k.endswith("_in") else stepped[k]
+                    for k in _FACTORS}}
+        issued = {name: Mux(~u_wrap, v, Mux(~j_wrap, inner[name], outer[name]))
+                  for name, v in kernel.items()}
+        issued.update({
+            "wait": Mux(alu, cfg.alu.ii, cfg.gemm.ii) - 1,
+            "issuing": ~last,
+            "draining": last | draining,
+            "drain": Mux(last, Mux(alu, cfg.alu.ii + cfg.alu.depth - 1,
+                                   cfg.gemm.ii + cfg.gemm.depth - 1), drain),
+        })
+        if decode:
+            late = {name: Value.cast(sig) for name, sig in state.items()}
+            late.update({"u_q": nw["bgn"], "u_last_q": pre.one, "j_q": Const(0),
+                         "i_q": Const(0), "j_last_q": pre.in1, "i_last_q": pre.out1,
+                         "issuing": Const(1), "wait": Const(0),
+                         **{f"base_{k}": Const(0) for k in _FACTORS}})
+            return {name: Mux(go, issued[name], late[name]) for name in state}
+        idle = {name: Value.cast(sig) for name, sig in state.items()}
+        idle["wait"] = Mux(issuing, wait - 1, wait)
+        return {name: Mux(go, issued[name], idle[name]) for name in state}
+
+    def _sequence(self, m: Module, ctrl: DepControl, pre: data.View, loop: _Loop,
+                  seq: _Sequencer, seq_last: Signal) -> Signal:
+        """The sequencer's registers stepped (:meth:`_advance`), its drain ending the
+        instruction (``seq_last``); returns ``issue``, a micro-op issued in this cycle."""
+        state, wait_zero = seq.state, seq.wait_zero
+        issuing, draining, drain = state["issuing"], state["draining"], state["drain"]
         # ``first`` comes late in the decode cycle (command queue -> tokens -> start), so the
         # sequencer's next state is formed twice, as in a loop instruction's decode cycle
         # (from the instruction, the loop counters at their start values) and as in any other
         # cycle (from the registers), and ``first`` picks one of the two as the last
         # multiplexer in front of each register.
-        def advance(decode: bool) -> dict[str, Value]:
-            if decode:
-                # The first micro-op issues now (``first_go``) or, when it was not read in
-                # the cycle before, in the next cycle from the registers (``late`` below).
-                go = ctrl.seen
-                alu, bgn = nw["alu"], nw["bgn"]
-                u_wrap, j_wrap, i_wrap = pre.one, pre.in1, pre.out1
-                u_next, u_last_next = bgn + 1, pre.two
-                j, i, j_next, i_next = Const(0), Const(0), Const(1), Const(1)
-                j_last_next, i_last_next, one, in1 = pre.in2, pre.out2, pre.one, pre.in1
-                base = {k: Const(0) for k in factors}
-                stepped = {k: Value.cast(nw[k]) for k in factors}            # base + factor
-            else:
-                go = issuing & wait_zero
-                alu, bgn = held["alu"], held["bgn"]
-                u_wrap, j_wrap, i_wrap = u_last_q, j_last_q, i_last_q
-                u_next, u_last_next = u_q + 1, u_q + 2 == held["end"]         # of u_next
-                j, i, j_next, i_next = j_q, i_q, j_q + 1, i_q + 1
-                j_last_next = j_q + 2 == held["n_in"]                           # of j_next
-                i_last_next = i_q + 2 == held["n_out"]                          # of i_next
-                one, in1 = one_q, in1_q                                         # of j = 0
-                base = {k: Value.cast(base_q[k]) for k in factors}
-                stepped = {k: base_q[k] + held[k] for k in factors}
-            last = u_wrap & j_wrap & i_wrap
-            # The kernel goes on, or wraps and the inner loop steps, or both wrap and the
-            # outer loop steps.
-            kernel = {"u_q": u_next, "u_last_q": u_last_next, "j_q": j, "i_q": i,
-                      "j_last_q": j_wrap, "i_last_q": i_wrap,
-                      **{f"base_{k}": base[k] for k in factors}}
-            inner = {"u_q": bgn, "u_last_q": one, "j_q": j_next, "i_q": i,
-                     "j_last_q": j_last_next, "i_last_q": i_wrap,
-                     **{f"base_{k}": stepped[k] if k.endswith("_in") else base[k]
-                        for k in factors}}
-            outer = {"u_q": bgn, "u_last_q": one, "j_q": Const(0), "i_q": i_next,
-                     "j_last_q": in1, "i_last_q": i_last_next,
-                     **{f"base_{k}": Const(0) if k.endswith("_in") else stepped[k]
-                        for k in factors}}
-            issued = {name: Mux(~u_wrap, v, Mux(~j_wrap, inner[name], outer[name]))
-                      for name, v in kernel.items()}
-            issued.update({
-                "wait": Mux(alu, cfg.alu.ii, cfg.gemm.ii) - 1,
-                "issuing": ~last,
-                "draining": last | draining,
-                "drain": Mux(last, Mux(alu, cfg.alu.ii + cfg.alu.depth - 1,
-                                       cfg.gemm.ii + cfg.gemm.depth - 1), drain),
-            })
-            if decode:
-                late = {name: Value.cast(sig) for name, sig in state.items()}
-                late.update({"u_q": nw["bgn"], "u_last_q": pre.one, "j_q": Const(0),
-                             "i_q": Const(0), "j_last_q": pre.in1, "i_last_q": pre.out1,
-                             "issuing": Const(1), "wait": Const(0),
-                             **{f"base_{k}": Const(0) for k in factors}})
-                return {name: Mux(go, issued[name], late[name]) for name in state}
-            idle = {name: Value.cast(sig) for name, sig in state.items()}
-            idle["wait"] = Mux(issuing, wait - 1, wait)
-            return {name: Mux(go, issued[name], idle[name]) for name in state}
-
-        advance_decode, advance_run = advance(True), advance(False)
+        advance_decode = self._advance(ctrl, pre, loop, seq, decode=True)
+        advance_run = self._advance(ctrl, pre, loop, seq, decode=False)
 
         # Both are kept (Yosys ``keep``) as logic of their own, so that the mapper leaves
         # ``first`` a single LUT in front of each register rather than spread through the sums
@@ -713,17 +838,24 @@ class Compute(wiring.Component):
             at_decode = Signal.like(sig, name=f"{name}_at_decode", attrs={"keep": 1})
             running = Signal.like(sig, name=f"{name}_running", attrs={"keep": 1})
             m.d.comb += [at_decode.eq(advance_decode[name]), running.eq(advance_run[name])]
-            m.d.sync += sig.eq(Mux(first, at_decode, running))
+            m.d.sync += sig.eq(Mux(loop.first, at_decode, running))
         issue = Signal()
-        m.d.comb += issue.eq(first_go | (issuing & wait_zero))
+        m.d.comb += issue.eq(loop.first_go | (issuing & wait_zero))
         with m.If(draining):
             with m.If(drain == 0):
                 m.d.comb += seq_last.eq(1)
                 m.d.sync += draining.eq(0)
             with m.Else():
                 m.d.sync += drain.eq(drain - 1)
+        return issue
 
-        # ---------------------------------------------------------------- pipeline
+    def _uop_read(self, m: Module, uop_buf: SramBuffer, eng: LoadEngine, pre: data.View,
+                  loop: _Loop, seq: _Sequencer) -> data.View:
+        """The micro-op buffer's read, a cycle ahead of the issue (address and lane from the
+        sequencer); returns ``uop``, the micro-op registered out of it in the issue cycle."""
+        p = self._p
+        held, nw, wait_zero = loop.held, seq.nw, seq.wait_zero
+        issuing, u_q, u_last_q = seq.state["issuing"], seq.state["u_q"], seq.state["u_last_q"]
         # Micro-op fetch, a cycle ahead of the issue: the buffer is read in the cycle before,
         # and the micro-op registered out of it in the issue cycle, so stage 1's index adders
         # start from flip-flops rather than from a block RAM's output. A read returns two
@@ -739,10 +871,21 @@ class Compute(wiring.Component):
         m.d.comb += [
             uop_addr.eq(Mux(issuing, Mux(wait_zero & u_last_q, held["bgn"], u_q), nw["bgn"])),
             uop_buf.r.addr.eq(uop_addr),
-            sel.eq(Mux(first_go, ~pre.one, issuing & wait_zero & ~u_last_q)),
+            sel.eq(Mux(loop.first_go, ~pre.one, issuing & wait_zero & ~u_last_q)),
         ]
         uop = Signal(p.uop_layout)
         m.d.sync += uop.eq(self._uop_fetch(m, uop_buf, eng.wr_uop, uop_addr, sel))
+        return uop
+
+    def _index_stages(self, m: Module, uop: data.View, issue: Signal, loop: _Loop,
+                      seq: _Sequencer) -> tuple[_Stages, dict[str, Signal]]:
+        """Stages 1-7: each micro-op's valid bit, its indices (the uop's fields plus the loop's
+        bases, ``b1``, added in s2) and their copies down the pipeline; returns them and ``b1``."""
+        cfg = self._p.cfg
+        acc_bits, wgt_bits = cfg.acc_index_bits, cfg.wgt_index_bits
+        src_bits = cfg.src_index_bits
+        first = loop.first
+        base_q = {k: seq.state[f"base_{k}"] for k in _FACTORS}
         v1, v2, v3, v4, v5 = (Signal(name=f"v{s}") for s in range(1, 6))
         b1 = {k: Signal(acc_bits if k == "dst" else src_bits if k == "src" else wgt_bits,
                         name=f"b1_{k}") for k in ("dst", "src", "wgt")}
@@ -765,6 +908,20 @@ class Compute(wiring.Component):
         src3, src4 = Signal(src_bits), Signal(src_bits)
         m.d.sync += [v3.eq(v2), v4.eq(v3), v5.eq(v4), dst3.eq(dst2), dst4.eq(dst3),
                      dst5.eq(dst4), src3.eq(src2), src4.eq(src3)]
+        v6, v7 = Signal(name="v6"), Signal(name="v7")
+        dst6, dst7 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7))
+        m.d.sync += [v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6)]
+        stages = _Stages(valid={1: v1, 2: v2, 3: v3, 4: v4, 5: v5, 6: v6, 7: v7},
+                         dsts={2: dst2, 3: dst3, 4: dst4, 5: dst5, 6: dst6, 7: dst7},
+                         srcs={2: src2, 3: src3, 4: src4})
+        return stages, b1
+
+    def _gemm_operands(self, m: Module, core: GemmCore, uop: data.View,
+                       b1: dict[str, Signal]) -> None:
+        """The GEMM's operand reads in s1 (inp and wgt buffers, at the micro-op's indices plus
+        the bases ``b1``) into the GEMM core."""
+        cfg = self._p.cfg
+        inp_bits, src_bits = cfg.inp_index_bits, cfg.src_index_bits
         # GEMM operands: read in s1 at the index being formed (the same sums as src2/wgt2),
         # registered out of the buffers in s2 and again in s3 (on ECP5 in the multiplier
         # blocks) by the GEMM core, so that neither the block RAMs' clock-to-out nor the
@@ -780,6 +937,37 @@ class Compute(wiring.Component):
             core.inp.eq(self.rd_inp.data[:cfg.inp_tile_bytes * 8]),
             core.wgt.eq(self.rd_wgt.data[:cfg.wgt_tile_bytes * 8]),
         ]
+
+    def _write_registers(self, m: Module) -> _Written:
+        """The write port's registers (``wdata``, ``w_valid``, ``w_dst``, set by
+        :meth:`_write_port`) and ``wdata2``, the result written a cycle before."""
+        cfg = self._p.cfg
+        acc_bits = cfg.acc_index_bits
+        # Results are registered on their way to the buffers (``wdata``): the acc and out RAMs
+        # are spread over the chip, so the write lands a cycle after the result is formed (at
+        # the end of s7). The last micro-op's write then lands one (ALU) or two (GEMM) cycles
+        # after the instruction's last one, before anything can read it: the next compute
+        # instruction reads acc two cycles after its decode at the earliest (an ALU source in
+        # s2), and STORE's first out read is latched after its own decode cycle, through a
+        # transparent port.
+        width = cfg.acc_tile_bytes * 8
+        wdata = Signal(width)       # the result of one cycle ago: ALU's in s7, GEMM's in s7 (s8)
+        wdata2 = Signal(width)      # two cycles ago
+        m.d.sync += wdata2.eq(wdata)
+        w_valid = Signal()          # a result is written (acc and out) at the end of this cycle
+        w_dst = Signal(acc_bits)
+        return _Written(wdata, wdata2, w_valid, w_dst)
+
+    def _acc_read_port(self, m: Module, acc_buf: SramBuffer, loop: _Loop, stages: _Stages,
+                       wr: _Written) -> tuple[int, Value, Signal]:
+        """The acc buffer's read address (ALU src in s2, dst in s3, GEMM dst in s4 or s5), and
+        its data with the write at the read's edge bypassed; returns ``arrive``, both data."""
+        cfg = self._p.cfg
+        acc_bits = cfg.acc_index_bits
+        width = cfg.acc_tile_bytes * 8
+        alu_q = loop.held["alu"]
+        v3, dst3, dst4, dst5 = stages.valid[3], stages.dsts[3], stages.dsts[4], stages.dsts[5]
+        src2 = stages.srcs[2]
         # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4 (s5 when deep: every
         # GEMM stage from the products on is a stage later, see ``GemmCore``).
         arrive = writeback_stage(cfg, "gemm") - 2   # the stage the GEMM's acc[dst] arrives in
@@ -790,22 +978,6 @@ class Compute(wiring.Component):
                 m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
         with m.Else():
             m.d.comb += acc_buf.r.addr.eq({4: dst4, 5: dst5}[arrive - 1])
-        lanes = cfg.batch * cfg.block_out
-        # Results are registered on their way to the buffers (``wdata``): the acc and out RAMs
-        # are spread over the chip, so the write lands a cycle after the result is formed (at
-        # the end of s7). The last micro-op's write then lands one (ALU) or two (GEMM) cycles
-        # after the instruction's last one, before anything can read it: the next compute
-        # instruction reads acc two cycles after its decode at the earliest (an ALU source in
-        # s2), and STORE's first out read is latched after its own decode cycle, through a
-        # transparent port.
-        width = cfg.acc_tile_bytes * 8
-        v6, v7 = Signal(name="v6"), Signal(name="v7")
-        dst6, dst7 = (Signal(acc_bits, name=f"dst{s}") for s in (6, 7))
-        wdata = Signal(width)       # the result of one cycle ago: ALU's in s7, GEMM's in s7 (s8)
-        wdata2 = Signal(width)      # two cycles ago
-        m.d.sync += [v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6), wdata2.eq(wdata)]
-        w_valid = Signal()          # a result is written (acc and out) at the end of this cycle
-        w_dst = Signal(acc_bits)
 
         # The acc port is not transparent, so Yosys adds no multiplexer after the RAM (its
         # emulation of a transparent port), and a read at the edge of a write to the same
@@ -821,20 +993,31 @@ class Compute(wiring.Component):
         acc_data = acc_buf.r.data[:width]
         acc_bypass = Signal(name="acc_bypass")
         acc_seen = Signal(width)            # what a transparent port would have returned
-        m.d.sync += acc_bypass.eq(w_valid & (w_dst == acc_buf.r.addr))
-        m.d.comb += acc_seen.eq(Mux(acc_bypass, wdata2, acc_data))
+        m.d.sync += acc_bypass.eq(wr.w_valid & (wr.w_dst == acc_buf.r.addr))
+        m.d.comb += acc_seen.eq(Mux(acc_bypass, wr.wdata2, acc_data))
+        return arrive, acc_data, acc_seen
 
+    def _late_stages(self, m: Module, stages: _Stages, arrive: int) -> None:
+        """Stages 8 and on (at least to s9, for the ALU's forwarding; further when the GEMM is
+        deep): the valid bits and acc indices, added to ``stages``."""
+        acc_bits = self._p.cfg.acc_index_bits
+        valid, dsts = stages.valid, stages.dsts
+        for st in range(8, max(arrive + 3, 10)):
+            valid[st], dsts[st] = Signal(name=f"v{st}"), Signal(acc_bits, name=f"dst{st}")
+            m.d.sync += [valid[st].eq(valid[st - 1]), dsts[st].eq(dsts[st - 1])]
+
+    def _gemm_acc_read(self, m: Module, stages: _Stages, arrive: int, acc_seen: Signal
+                       ) -> tuple[Signal, Signal, Signal]:
+        """The GEMM's acc[dst] registered as it arrives (``gemm_acc6``), and whether the results
+        of the micro-ops one and two ahead, written too late for the read, are to be taken."""
+        width = self._p.cfg.acc_tile_bytes * 8
+        valid, dsts = stages.valid, stages.dsts
         # GEMM: acc[dst] arrives in s5 and is registered, so that the accumulate in s6 starts
         # from flip-flops rather than from a block-RAM output. The read (at the end of s4)
         # takes the write of the micro-op three ahead, at the same edge, from the write port
         # (``acc_seen``), and cannot see those one and two ahead, written at the end of s5 and
         # s6: their results (in s7 and s8 when this one accumulates) are forwarded. When deep,
         # all of it a stage later.
-        valid = {5: v5, 6: v6, 7: v7}
-        dsts = {5: dst5, 6: dst6, 7: dst7}
-        for st in range(8, max(arrive + 3, 10)):
-            valid[st], dsts[st] = Signal(name=f"v{st}"), Signal(acc_bits, name=f"dst{st}")
-            m.d.sync += [valid[st].eq(valid[st - 1]), dsts[st].eq(dsts[st - 1])]
         gemm_acc6 = Signal(width)
         gemm_hit7 = Signal()
         gemm_hit8 = Signal()
@@ -843,7 +1026,21 @@ class Compute(wiring.Component):
             gemm_hit7.eq(valid[arrive + 1] & (dsts[arrive + 1] == dsts[arrive])),
             gemm_hit8.eq(valid[arrive + 2] & (dsts[arrive + 2] == dsts[arrive])),
         ]
+        return gemm_acc6, gemm_hit7, gemm_hit8
 
+    def _alu_operands(self, m: Module, loop: _Loop, stages: _Stages, wr: _Written,
+                      acc_data: Value, acc_seen: Signal, family: str | None
+                      ) -> tuple[Signal, Signal, _AluOut]:
+        """The ALU's operands, registered in s5 (``a6``, ``b6``): the acc reads, the immediate or
+        results forwarded from micro-ops ahead, among them the lanes' outputs (returned)."""
+        cfg = self._p.cfg
+        acc_bits = cfg.acc_index_bits
+        width = cfg.acc_tile_bytes * 8
+        lanes = cfg.batch * cfg.block_out
+        valid, dsts = stages.valid, stages.dsts
+        dst4, src4 = stages.dsts[4], stages.srcs[4]
+        wdata, wdata2 = wr.wdata, wr.wdata2
+        use_imm_q, imm_q = loop.use_imm_q, loop.imm_q
         # ALU: source operand read in s2, destination in s3, both registered as they arrive
         # (the source once more), so that the routes from the block RAMs, whose clock-to-out
         # is long (5.8 ns on ECP5), end at flip-flops beside them: with the destination read
@@ -889,19 +1086,34 @@ class Compute(wiring.Component):
             a6.eq(forwarded(dst4, dst_data5, "dst")),
             b6.eq(forwarded(src4[:acc_bits], src_data5, "src", imm=Cat(*([imm_q] * lanes)))),
         ]
+        return a6, b6, _AluOut(prod7, other7, mul7)
+
+    def _alu_lanes(self, m: Module, loop: _Loop, a6: Signal, b6: Signal, out: _AluOut) -> None:
+        """The ALU lanes (:class:`AluLane`, one per 32-bit element): the operation in s6 on the
+        operands ``a6`` and ``b6``, their results in s7 (``out``)."""
+        cfg = self._p.cfg
+        lanes = cfg.batch * cfg.block_out
         for lane in range(lanes):
             alu = AluLane()
             m.submodules[f"alu_lane_{lane}"] = alu
             m.d.comb += [
-                alu.op.eq(op_q),
+                alu.op.eq(loop.op_q),
                 alu.a.eq(a6.word_select(lane, 32)),
                 alu.b.eq(b6.word_select(lane, 32)),
-                prod7.word_select(lane, 32).eq(alu.product),
-                other7.word_select(lane, 32).eq(alu.other),
+                out.prod7.word_select(lane, 32).eq(alu.product),
+                out.other7.word_select(lane, 32).eq(alu.other),
             ]
             if lane == 0:
-                m.d.comb += mul7.eq(alu.mul)
+                m.d.comb += out.mul7.eq(alu.mul)
 
+    def _result_dst(self, m: Module, loop: _Loop, stages: _Stages, arrive: int
+                    ) -> tuple[Signal, Signal]:
+        """Whether a result is formed in this cycle, the ALU's or the GEMM's, and its
+        destination (``wb_valid``, ``wb_dst``)."""
+        acc_bits = self._p.cfg.acc_index_bits
+        alu_q = loop.held["alu"]
+        valid, dsts = stages.valid, stages.dsts
+        v7, dst7 = valid[7], dsts[7]
         # Results, GEMM's in s6 (a deep GEMM's in s7), the ALU's in s7; registered with their
         # destination, then written. ``alu_q`` changes at the next instruction's decode at the
         # earliest, after the last result of this one is formed.
@@ -910,12 +1122,34 @@ class Compute(wiring.Component):
         formed = arrive + 1                         # the stage a GEMM result is formed in
         m.d.comb += [wb_valid.eq(Mux(alu_q, v7, valid[formed])),
                      wb_dst.eq(Mux(alu_q, dst7, dsts[formed]))]
+        return wb_valid, wb_dst
+
+    def _gemm_accumulate(self, m: Module, core: GemmCore, wr: _Written, gemm_acc6: Signal,
+                         gemm_hit7: Signal, gemm_hit8: Signal) -> Signal:
+        """The GEMM's accumulate: acc[dst] (read, or forwarded from the results one and two
+        ahead) plus the core's dot products; returns ``gemm_sum``."""
+        cfg = self._p.cfg
+        width = cfg.acc_tile_bytes * 8
+        lanes = cfg.batch * cfg.block_out
         gemm_acc = Signal(width)
         gemm_sum = Signal(width)
-        m.d.comb += gemm_acc.eq(Mux(gemm_hit7, wdata, Mux(gemm_hit8, wdata2, gemm_acc6)))
+        m.d.comb += gemm_acc.eq(Mux(gemm_hit7, wr.wdata, Mux(gemm_hit8, wr.wdata2, gemm_acc6)))
         for lane in range(lanes):
             m.d.comb += gemm_sum.word_select(lane, 32).eq(
                 gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
+        return gemm_sum
+
+    def _write_port(self, m: Module, eng: LoadEngine, acc_buf: SramBuffer, loop: _Loop,
+                    wr: _Written, out: _AluOut, wb_valid: Signal, wb_dst: Signal,
+                    gemm_sum: Signal, family: str | None) -> None:
+        """The registered write port of acc and out: the result (``wdata``, ``w_dst``,
+        ``w_valid``) or LOAD ACC's write, and the buffers' write ports driven from it."""
+        cfg = self._p.cfg
+        width = cfg.acc_tile_bytes * 8
+        lanes = cfg.batch * cfg.block_out
+        alu_q, reset_q = loop.held["alu"], loop.reset_q
+        prod7, other7, mul7 = out.prod7, out.other7, out.mul7
+        wdata, w_valid, w_dst = wr.wdata, wr.w_valid, wr.w_dst
         # One registered write port serves acc and out: the result with its destination, or
         # LOAD ACC's write, whose engine data and enable come through a few gates from its
         # state. Either lands a cycle later, before anything can read it. The engine's data is
@@ -954,4 +1188,3 @@ class Compute(wiring.Component):
             self.wr_out.en.eq(w_valid),
             self.wr_out.data.eq(out_tile),
         ]
-        return m
