@@ -294,7 +294,7 @@ class AluLane(wiring.Component):
             # Elsewhere as products and a sum, for the synthesis tool to map to its family's
             # multipliers. Verilator's model of a lane is then about 75 instructions a cycle,
             # against about 680 for the LUT form above (tiny's model took 1.85 times as long
-            # with it, see docs/architecture.md).
+            # with it, see docs/notes/verilator-speed.md).
             lo_q = Signal(32, name="mul_lo_q")
             cross_q = Signal(16, name="cross_q")
             m.d.sync += [

@@ -87,7 +87,7 @@ CLOCK_PINS = {"CABGA381": "G2", "CABGA256": "P6"}
 """The ball ``--pnr`` puts the clock on, per package: where boards put their oscillator (G2,
 PCLKT6_1, is the ULX3S's 25 MHz clock on CABGA381; P6 the Colorlight 5A-75B's on CABGA256).
 Left unconstrained, nextpnr puts the clock on a general-purpose pin, which no board would.
-Seeds compared both ways in docs/architecture.md, "RTL clock speed"."""
+Seeds compared both ways in docs/notes/rtl-clock-speed.md."""
 
 LATE_GROUPS_KEPT = 100
 """Groups of late endpoints a ``--pnr`` report keeps (``accel synth --late N`` shows N)."""
@@ -95,11 +95,11 @@ LATE_GROUPS_KEPT = 100
 PNR_TIMEOUT_S = 7200.0
 """How long ``synthesize(..., pnr=True)`` lets nextpnr run by default. Its router does not give
 up on a placement it cannot route: on default (45F) one seed of seven was still congested after
-an hour of routing, where the others finished within 40 minutes (docs/architecture.md)."""
+an hour of routing, where the others finished within 40 minutes (docs/notes/rtl-clock-speed.md)."""
 
 TIMING_PLACER = ("--placer-heap-timingweight", "40", "--placer-heap-critexp", "4")
 """nextpnr's HeAP placer weighted toward timing (its defaults are 10 and 2); measured on
-default (45F) in docs/architecture.md, "RTL clock speed". ``synthesize(...,
+default (45F) in docs/notes/rtl-clock-speed.md. ``synthesize(...,
 timing_placer=False)`` places with nextpnr's defaults."""
 
 
