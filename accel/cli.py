@@ -113,7 +113,7 @@ def print_report(report: Any, out: Any = None) -> None:
     """The per-layer table and the totals."""
     out = out or sys.stdout
     header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
-              f"{'ms':>8} {'util':>5} {'DRAM KB':>8}  largest stall")
+              f"{'ms':>8} {'util':>5} {'DRAM KB':>8} {'bw':>4}  largest stall")
     print(header, file=out)
     print("-" * len(header), file=out)
     for layer in report.layers:
@@ -121,7 +121,8 @@ def print_report(report: Any, out: Any = None) -> None:
         ms = layer.milliseconds if layer.target == "accel" else layer.wall_ms
         print(f"{layer.name:<22.22} {layer.op:<16.16} {shape:<17.17} {layer.target:<6} "
               f"{_fmt(layer.cycles, 'd'):>10} {_fmt(ms, '.3f'):>8} "
-              f"{_fmt(layer.gemm_utilization, '.2f'):>5} {_fmt(layer.dram_kb, '.1f'):>8}  "
+              f"{_fmt(layer.gemm_utilization, '.2f'):>5} {_fmt(layer.dram_kb, '.1f'):>8} "
+              f"{_fmt(layer.dram_bandwidth_share, '4.0%'):>4}  "
               f"{layer.largest_stall or ''}", file=out)
     t = report.totals()
     print("-" * len(header), file=out)

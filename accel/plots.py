@@ -34,7 +34,8 @@ __all__ = ["KINDS", "WAVEFORM_SIGNALS", "PlotError", "pareto_front", "plot_all",
 
 KINDS = ("utilization", "stalls", "roofline", "pareto", "timeline")
 MODULES = ("fetch", "load", "compute", "store")
-STALL_PARTS = (("busy", "busy"), ("dram", "DRAM"), ("token", "waiting for a token"),
+STALL_PARTS = (("busy", "busy"), ("dram_contention", "DRAM contention"),
+               ("dram_latency", "DRAM latency"), ("token", "waiting for a token"),
                ("full", "token queue full"), ("queue_full", "command queue full"),
                ("cmd_empty", "no instruction"))
 AREA_METRICS = {"luts": "LUTs", "ffs": "flip-flops", "dsps": "DSP / multiplier blocks",

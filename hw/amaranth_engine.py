@@ -35,7 +35,7 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
     cuts: program cycle ``c`` starts at the clock's rising edge ``c``.
     """
     top = Accelerator(cfg)
-    model = DramModel(run.image, cfg.dram.latency, cfg.dram.bytes_per_cycle)
+    model = DramModel(run.image, cfg)
     port = top.dram
     result: dict[str, int] = {}
 
@@ -47,21 +47,25 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
         await ctx.tick()
         ctx.set(top.start, 0)
         cycle = 0
-        beating = False
+        beating = acking = False
         while True:
-            j = model.beat_at(cycle)
-            if j is None:
+            beat = model.beat_at(cycle)
+            if beat is None:
                 if beating:
                     ctx.set(port.rsp_valid, 0)
                     beating = False
             else:
+                write, j = beat
                 ctx.set(port.rsp_valid, 1)
                 beating = True
-                assert model.txn is not None
-                if model.txn.write:
+                if write:
                     model.write_beat(j, ctx.get(port.wr_data))
                 else:
                     ctx.set(port.rsp_data, model.read_beat(j))
+            ack = model.ack_at(cycle)
+            if ack != acking:
+                ctx.set(port.wr_ack, ack)
+                acking = ack
             model.end_cycle(cycle)
             if timeline is not None:
                 for name, (issue, retire) in top.trace_points.items():

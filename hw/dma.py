@@ -1,11 +1,16 @@
-"""DMA engines: 2-D strided copies between DRAM and the on-chip buffers, in whole bursts.
+"""DMA engines: 2-D strided copies between DRAM and the on-chip buffers, in bursts.
 
-Cycle behaviour (``accel.machine.costs.mem_cycles``): the decode cycle, then for each row of
-``y_size``, each burst of at most ``dram.max_burst`` bytes of the row's ``x_size`` elements is
-requested in the cycle after the previous one ended and holds the channel ``latency + beats``
-cycles;
-a LOAD then writes its zero padding, one element per cycle. A zero-size LOAD or STORE takes
-the decode cycle only.
+Cycle behaviour (``accel.machine.costs.mem_cycles``, the channel's rules in
+``accel.machine.memory``): after the decode cycle the engine presents its bursts of at most
+``dram.max_burst`` bytes one after another, each row on its own or, when the rows merge
+(``memory.merges``), the rows as one run whose length ``y_size * x_size`` is formed in
+``memory.MERGE_SETUP_CYCLES`` cycles first; each next request from the cycle after the previous
+grant, so that with ``dram.max_outstanding > 1`` a burst's latency overlaps the beats before
+it. The request side (:meth:`_Engine._requests`) and the data side are apart: the data side
+takes the beats as they come, in order, and counts them by rows and elements (never by
+bursts: a burst ends inside a row only at a whole beat). A LOAD's DRAM part ends with its last
+beat, a STORE's with its last write's response (``wr_ack``); a LOAD then writes its zero
+padding, one element per cycle. A zero-size LOAD or STORE takes the decode cycle only.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from amaranth.lib.wiring import In, Out
 
 from accel.machine.isa import MemType, Opcode
 from hw.dram import dram_port
-from hw.lutmul import mul_low_lut
+from hw.lutmul import mul_low_lut, mul_low_lut_parts
 from hw.params import BufferGeometry, RtlParams
 from hw.sram import BufferRead, BufferWrite
 
@@ -38,16 +43,36 @@ def mem_predecode(insn: object) -> object:
 
 
 @dataclass
-class _NextRequest:
-    """The walk's next DRAM request and its end flags, in registers (:meth:`_Engine._walk`)."""
+class _Request:
+    """The request side's registers (:meth:`_Engine._requests`): the request presented and
+    what the grant loads next. Each is set at decode, at a merged run's setup, or at a grant,
+    so the request and what a grant loads come from flip-flops, the late grant only enabling
+    them."""
 
-    req_addr: Signal
-    rem: Signal                 # bytes left in the row
-    ends_row: Signal            # the request ends its row
-    first_req: Signal           # a row's first request
-    first_ends_row: Signal      # ... ends its row
-    one_beat: Signal            # beats_left == 1
-    last_row: Signal            # rows_left == 1
+    addr: Signal                # the request presented: byte address ...
+    nbytes: Signal              # ... and size, ``min(rem, max_burst)``
+    rem: Signal                 # bytes of the run left, the request's included
+    more: Signal                # ``rem > max_burst``: the run goes on after this request
+    run_dram: Signal            # the run's (a row's) first byte
+    stride: Signal              # bytes from a row to the next
+    row_bytes: Signal
+    first: Signal               # a row's first request, ``min(row_bytes, max_burst)``
+    first_more: Signal          # ... and whether the row goes on after it
+    runs_left: Signal
+    last_run: Signal            # ``runs_left == 1``
+
+
+@dataclass
+class _Rows:
+    """The data side's place in the block: elements left in the row (the beat's included) and
+    rows left, with the flags that end them in registers (:meth:`_Engine._data_rows`)."""
+
+    elems: Signal
+    last_elems: Signal          # the next element-completing beat ends the row
+    rows: Signal
+    last_row: Signal            # ``rows == 1``
+    row_end: Signal             # a beat ends a row now
+    all_end: Signal             # ... and the block's data
 
 
 class _Engine(wiring.Component):
@@ -63,147 +88,197 @@ class _Engine(wiring.Component):
         })
         super().__init__(members)
 
-    def _walk(self, m: Module, shifts: list[int], pick: object, write: bool
-              ) -> dict[str, Signal]:
-        """Row/burst state and the request logic; returns the signals the data path uses.
+    def _requests(self, m: Module, shifts: list[int], pick: object, write: bool,
+                  elem_bits: int) -> dict[str, Signal]:
+        """The request side: presents the instruction's bursts one after another, each next
+        one from the cycle after the previous grant, until the last is granted.
 
         ``shifts`` are the element size shifts of the engine's memory types and ``pick`` the
-        index into them of the decoded instruction's type (``Const(0)`` for a single type)."""
+        index into them of the decoded instruction's type (``Const(0)`` for a single type);
+        ``elem_bits`` bounds ``y_size * x_size`` of a valid instruction (its buffer's depth).
+        Returns ``granted`` (a request granted now), ``zero`` (the decoded instruction moves
+        nothing), ``asking`` and ``done`` (the last request has been granted)."""
         p = self._p
         cfg = p.cfg
         size_bits = cfg.isa.size_bits + max(g.elem_shift for g in p.buffers.values())
-        insn = self.insn
-        s = {
-            "row_dram": Signal(p.dram_addr_bits),
-            "stride": Signal(size_bits),
-            "row_bytes": Signal(size_bits),
-            "rows_left": Signal(cfg.isa.size_bits),
-            "beats_left": Signal(p.burst_bytes_bits),
-            "req_bytes": Signal(p.burst_bytes_bits),
-            "granted": Signal(),
-            "beat": Signal(),
-            "burst_end": Signal(),
-            "row_end": Signal(),
-            "all_end": Signal(),
-            "zero": Signal(),
-            "asking": Signal(),     # the REQ state as a flip-flop of its own: the request
-        }
-        # The next request is kept in registers: its address, its size (``min(rem,
-        # max_burst)`` of the ``rem`` bytes left in the row) and whether it ends the row, each
-        # set when the previous burst or row ends (or at decode), so the request and what the
-        # grant loads come from flip-flops, not from a subtract and a compare.
-        req_addr = Signal(p.dram_addr_bits)
-        rem = Signal(size_bits)
-        ends_row = Signal()
-        first_req = Signal(p.burst_bytes_bits)     # a row's first request, and its flag
-        first_ends_row = Signal()
-        one_beat = Signal()
-        last_row = Signal()
-        nxt = _NextRequest(req_addr, rem, ends_row, first_req, first_ends_row, one_beat,
-                           last_row)
+        s = {"granted": Signal(), "zero": Signal(), "asking": Signal(), "done": Signal()}
+        r = _Request(Signal(p.dram_addr_bits), Signal(p.burst_bytes_bits), Signal(size_bits),
+                     Signal(), Signal(p.dram_addr_bits), Signal(size_bits), Signal(size_bits),
+                     Signal(p.burst_bytes_bits), Signal(), Signal(cfg.isa.size_bits), Signal())
         m.d.comb += [
-            self.dram.req.payload.addr.eq(req_addr),
-            self.dram.req.payload.bytes.eq(s["req_bytes"]),
+            self.dram.req.payload.addr.eq(r.addr),
+            self.dram.req.payload.bytes.eq(r.nbytes),
             self.dram.req.payload.write.eq(int(write)),
             self.dram.req.valid.eq(s["asking"]),
             s["granted"].eq(self.dram.req.valid & self.dram.req.ready),
-            s["beat"].eq(self.dram.rsp_valid),
-            s["burst_end"].eq(s["beat"] & one_beat),
-            s["row_end"].eq(s["burst_end"] & ends_row),
-            s["all_end"].eq(s["row_end"] & last_row),
-            s["zero"].eq(_moves_nothing(insn)),
+            s["zero"].eq(_moves_nothing(self.insn)),
         ]
-        self._walk_decode(m, s, nxt, shifts, pick)
-        self._walk_step(m, s, nxt)
+        merge = self._request_decode(m, s, r, shifts, pick)
+        self._request_merge(m, s, r, merge, shifts, pick, elem_bits)
+        self._request_step(m, s, r)
         return s
 
-    def _walk_decode(self, m: Module, s: dict[str, Signal], nxt: _NextRequest,
-                     shifts: list[int], pick: object) -> None:
-        """The walk's registers loaded at decode (``start``): the first row's address, length
-        and stride, its first request (``nxt``) and the rows to go."""
+    def _request_decode(self, m: Module, s: dict[str, Signal], r: _Request,
+                        shifts: list[int], pick: object) -> Signal:
+        """The request side's registers loaded at decode (``start``): the first row's address,
+        length and stride, its first request and the rows to go; returns ``merge`` (the rows
+        merge: the request waits for the run's length)."""
         p = self._p
         cfg = p.cfg
         max_burst = cfg.dram.max_burst
+        beat_shift = (cfg.dram.bytes_per_cycle - 1).bit_length()
         size_bits = cfg.isa.size_bits + max(g.elem_shift for g in p.buffers.values())
         insn = self.insn
         # At decode: ``x_size << shift > max_burst`` is ``x_size > max_burst >> shift``, one
-        # compare per memory type beside the type's decode.
+        # compare per memory type beside the type's decode; likewise whether a row is a whole
+        # number of beats (``memory.merges``).
         shift = Signal(4)
         long_row = Signal()
+        whole_beats = Signal()
         for i, sh in enumerate(shifts):
             with m.If(pick == i):
-                m.d.comb += [shift.eq(sh), long_row.eq(insn.x_size > (max_burst >> sh))]
+                low = max(0, beat_shift - sh)           # x_size's bits below a beat
+                m.d.comb += [shift.eq(sh), long_row.eq(insn.x_size > (max_burst >> sh)),
+                             whole_beats.eq(insn.x_size[:low] == 0 if low else 1)]
         row_bytes_now = Signal(size_bits)
         base_now = Signal(p.dram_addr_bits)
-        req_now = Signal(p.burst_bytes_bits)
+        first_now = Signal(p.burst_bytes_bits)
+        merge_now = Signal()
         m.d.comb += [
             row_bytes_now.eq(insn.x_size << shift),
             base_now.eq(insn.dram_base << shift),
-            req_now.eq(Mux(long_row, max_burst, row_bytes_now)),
+            first_now.eq(Mux(long_row, max_burst, row_bytes_now)),
+            merge_now.eq(Const(int(cfg.dram.merge_rows)) & (insn.y_size > 1)
+                         & (insn.x_stride == insn.x_size) & whole_beats),
         ]
-        # The end-of-burst/row/block tests are registered flags, set when their counters are
-        # (``beats_left == 1``, ``rem <= max_burst``, ``rows_left == 1``), so the beat that ends
-        # an instruction reaches ``last`` through a few gates only.
+        merge = Signal()            # the run's first setup cycle: the rows merge
         with m.If(self.start):
             m.d.sync += [
-                s["row_dram"].eq(base_now),
-                nxt.req_addr.eq(base_now),
-                s["stride"].eq(insn.x_stride << shift),
-                s["row_bytes"].eq(row_bytes_now),
-                nxt.rem.eq(row_bytes_now),
-                s["req_bytes"].eq(req_now),
-                nxt.first_req.eq(req_now),
-                nxt.ends_row.eq(~long_row),
-                nxt.first_ends_row.eq(~long_row),
-                s["rows_left"].eq(insn.y_size),
-                nxt.last_row.eq(insn.y_size == 1),
+                r.run_dram.eq(base_now),
+                r.addr.eq(base_now),
+                r.stride.eq(insn.x_stride << shift),
+                r.row_bytes.eq(row_bytes_now),
+                r.rem.eq(row_bytes_now),
+                r.nbytes.eq(first_now),
+                r.first.eq(first_now),
+                r.more.eq(long_row),
+                r.first_more.eq(long_row),
+                r.runs_left.eq(insn.y_size),
+                r.last_run.eq(insn.y_size == 1),
+                s["asking"].eq(~s["zero"] & ~merge_now),
+                s["done"].eq(s["zero"]),
             ]
+        m.d.sync += merge.eq(self.start & ~s["zero"] & merge_now)
+        return merge
 
-    def _walk_step(self, m: Module, s: dict[str, Signal], nxt: _NextRequest) -> None:
-        """The walk's registers after decode: the beats left of the granted burst, and the next
-        request (``nxt``) once a burst or a row ends."""
+    def _request_merge(self, m: Module, s: dict[str, Signal], r: _Request, merge: Signal,
+                       shifts: list[int], pick: object, elem_bits: int) -> None:
+        """A merged run's setup (``memory.MERGE_SETUP_CYCLES`` = 2): the run's length
+        ``y_size * x_size`` from LUTs (the FPGA's multiplier blocks are the GEMM array's) as two
+        partial sums in the first cycle, added and compared with a burst in the second; the
+        first request is presented in the cycle after."""
         p = self._p
         cfg = p.cfg
-        bpc = cfg.dram.bytes_per_cycle
         max_burst = cfg.dram.max_burst
-        beat_shift = (bpc - 1).bit_length()
-        size_bits = cfg.isa.size_bits + max(g.elem_shift for g in p.buffers.values())
-        req_addr, rem = nxt.req_addr, nxt.rem
-        with m.If(s["granted"]):
+        # The instruction's sizes, registered at decode (the run's setup reads no late input).
+        y_q, x_q = Signal(cfg.isa.size_bits), Signal(cfg.isa.size_bits)
+        shift_q = Signal(4)
+        with m.If(self.start):
+            m.d.sync += [y_q.eq(self.insn.y_size), x_q.eq(self.insn.x_size)]
+            for i, sh in enumerate(shifts):
+                with m.If(pick == i):
+                    m.d.sync += shift_q.eq(sh)
+        parts = mul_low_lut_parts(m, [(x_q, y_q)], elem_bits, "run_elems", parts=2, booth=True)
+        parts_q = [Signal(elem_bits, name=f"run_elems_q{k}") for k in range(2)]
+        merge2 = Signal()
+        m.d.sync += [q.eq(v) for q, v in zip(parts_q, parts, strict=True)]
+        m.d.sync += merge2.eq(merge)
+        elems = Signal(elem_bits)
+        total = Signal.like(r.rem)
+        m.d.comb += [elems.eq(parts_q[0] + parts_q[1]), total.eq(elems << shift_q)]
+        with m.If(merge2):
             m.d.sync += [
-                s["beats_left"].eq((s["req_bytes"] + bpc - 1) >> beat_shift),
-                nxt.one_beat.eq(s["req_bytes"] <= bpc),
+                r.rem.eq(total),
+                r.nbytes.eq(Mux(total > max_burst, max_burst, total)),
+                r.more.eq(total > max_burst),
+                r.runs_left.eq(1),
+                r.last_run.eq(1),
+                s["asking"].eq(1),
             ]
-        with m.Elif(s["beat"]):
-            m.d.sync += [s["beats_left"].eq(s["beats_left"] - 1),
-                         nxt.one_beat.eq(s["beats_left"] == 2)]
-        # ``rem`` after the burst in flight, and whether more than a burst is left then, from
-        # ``rem`` alone (a burst that does not end its row is a whole one, ``max_burst``
-        # bytes), registered in every cycle: the burst's end loads them with no subtract and
-        # compare in front of it. ``rem`` changes only in a cycle a burst or row ends (or at
-        # decode), and the next burst ends two cycles later at the soonest (its request is
-        # granted in the next cycle at the soonest and its first beat comes ``latency >= 1``
-        # after that), when these registers hold the new ``rem``'s values.
-        rem_after = Signal(size_bits)
+
+    def _request_step(self, m: Module, s: dict[str, Signal], r: _Request) -> None:
+        """At a grant, the next request: the run's next burst, the next row's first, or none.
+        ``rem - max_burst`` and ``rem > 2 * max_burst`` come from registers, beside the
+        arbiter's grant, which only enables the registers."""
+        max_burst = self._p.cfg.dram.max_burst
+        after = Signal.like(r.rem)
         more_after = Signal()
-        m.d.sync += [rem_after.eq(rem - max_burst), more_after.eq(rem > 2 * max_burst)]
-        with m.If(s["row_end"]):
-            m.d.sync += [
-                s["row_dram"].eq(s["row_dram"] + s["stride"]),
-                req_addr.eq(s["row_dram"] + s["stride"]),
-                rem.eq(s["row_bytes"]),
-                s["req_bytes"].eq(nxt.first_req),
-                nxt.ends_row.eq(nxt.first_ends_row),
-                s["rows_left"].eq(s["rows_left"] - 1),
-                nxt.last_row.eq(s["rows_left"] == 2),
-            ]
-        with m.Elif(s["burst_end"]):
-            m.d.sync += [
-                req_addr.eq(req_addr + max_burst),
-                rem.eq(rem_after),
-                s["req_bytes"].eq(Mux(more_after, max_burst, rem_after)),
-                nxt.ends_row.eq(~more_after),
-            ]
+        m.d.comb += [after.eq(r.rem - max_burst), more_after.eq(r.rem > 2 * max_burst)]
+        with m.If(s["granted"]):
+            with m.If(r.more):
+                m.d.sync += [
+                    r.addr.eq(r.addr + max_burst),
+                    r.rem.eq(after),
+                    r.nbytes.eq(Mux(more_after, max_burst, after)),
+                    r.more.eq(more_after),
+                ]
+            with m.Elif(~r.last_run):
+                m.d.sync += [
+                    r.run_dram.eq(r.run_dram + r.stride),
+                    r.addr.eq(r.run_dram + r.stride),
+                    r.rem.eq(r.row_bytes),
+                    r.nbytes.eq(r.first),
+                    r.more.eq(r.first_more),
+                    r.runs_left.eq(r.runs_left - 1),
+                    r.last_run.eq(r.runs_left == 2),
+                ]
+            with m.Else():
+                m.d.sync += [s["asking"].eq(0), s["done"].eq(1)]
+
+
+    def _data_rows(self, m: Module, geoms: list[BufferGeometry], t_now: object, tsel: object,
+                   elems: Signal, step: Signal, completes: Signal) -> _Rows:
+        """The data side's rows: ``elems`` (the row's elements left, this beat's included) and
+        the rows; ``step`` elements of the row are done by a beat that ``completes`` some (an
+        element wider than a beat completes on its last beat).
+
+        ``geoms`` are the engine's buffers, ``t_now`` / ``tsel`` the decoded / running one's
+        index into them. A row's end is a registered flag (``last_elems``: the next completing
+        beat ends it), so a beat's end of a row or of the block is a gate of flip-flops."""
+        cfg = self._p.cfg
+        insn = self.insn
+        size_bits = cfg.isa.size_bits
+        last_elems = Signal(name="row_last_elems")
+        rows = Signal(size_bits, name="data_rows")
+        last_row = Signal(name="data_last_row")
+        x_size_q = Signal(size_bits, name="row_elems_q")
+        x_last_q = Signal(name="row_last_elems_q")
+        out = _Rows(elems, last_elems, rows, last_row, Signal(name="row_end"),
+                    Signal(name="all_end"))
+        # Per buffer: elements a full beat completes (``lanes``; 1 for an element of one beat
+        # or more) and whether the next completing beat ends a row of ``n``.
+        def fits(n: object, g: BufferGeometry, beats: int = 1) -> object:
+            return n <= g.lanes * beats if g.lanes > 1 else n == beats
+        x_last_now = Signal()
+        for i, g in enumerate(geoms):
+            with m.If(t_now == i):
+                m.d.comb += x_last_now.eq(fits(insn.x_size, g))
+        more_last = Signal()            # ``last_elems`` after a completing beat in a row
+        for i, g in enumerate(geoms):
+            with m.If(tsel == i):
+                m.d.comb += more_last.eq(fits(elems, g, 2))
+        m.d.comb += [out.row_end.eq(self.dram.rsp_valid & completes & last_elems),
+                     out.all_end.eq(out.row_end & last_row)]
+        with m.If(self.start):
+            m.d.sync += [elems.eq(insn.x_size), last_elems.eq(x_last_now),
+                         x_size_q.eq(insn.x_size), x_last_q.eq(x_last_now),
+                         rows.eq(insn.y_size), last_row.eq(insn.y_size == 1)]
+        with m.Elif(out.row_end):
+            m.d.sync += [elems.eq(x_size_q), last_elems.eq(x_last_q),
+                         rows.eq(rows - 1), last_row.eq(rows == 2)]
+        with m.Elif(self.dram.rsp_valid & completes):
+            m.d.sync += [elems.eq(elems - step), last_elems.eq(more_last)]
+        return out
 
 
 def _lanes_now(m: Module, g: BufferGeometry, elems_left: Signal, tag: str) -> Signal:
@@ -219,6 +294,7 @@ class _Block:
     data pointers set from it."""
 
     fields: data.View           # the instruction, registered at decode
+    setup: Signal               # the cycle after decode: the block's geometry is formed
     setup2: Signal              # the second cycle after decode: the padding walk starts
     cols: Signal                # the row length, padding included
     row_sram: Signal            # the first element of the data row being loaded
@@ -273,10 +349,9 @@ class _PadWalk:
 
 @dataclass
 class _Beats:
-    """Where :class:`LoadEngine`'s data beats are, in the burst and in an element."""
+    """Where :class:`LoadEngine`'s data beats are in an element wider than a beat."""
 
-    elems_left: Signal          # elements left in the burst
-    beat_in_elem: Signal        # beats of the element so far (an element wider than a beat)
+    beat_in_elem: Signal        # beats of the element so far
     shreg: Signal               # those beats' data
 
 
@@ -331,34 +406,33 @@ class LoadEngine(_Engine):
         m = Module()
         # The parts add their statements in this order, which the generated Verilog's names
         # and numbering follow: keep it.
-        t_now, tsel, shift_run = self._target(m)
-        s = self._walk(m, [g.elem_shift for g in self._geoms()], t_now, write=False)
+        geoms = self._geoms()
+        t_now, tsel = self._target(m)
+        s = self._requests(m, [g.elem_shift for g in geoms], t_now, write=False,
+                           elem_bits=max(g.addr_bits for g in geoms) + 1)
         blk = self._block(m, s)
         walk = self._pad_walk(m, blk)
-        beats = self._beat_regs(m, s, shift_run)
-        fsm, padding, loading = self._fsm(m, s, blk, walk)
-        step = self._write_ports(m, fsm, tsel, blk, walk, beats, padding, loading)
-        self._step_pointers(m, s, blk, beats, step, loading)
+        beats = self._beat_regs(m)
+        elems = Signal(self._p.cfg.isa.size_bits, name="row_elems")
+        step, completes = self._steps(m, tsel, beats, elems)
+        rows = self._data_rows(m, geoms, t_now, tsel, elems, step, completes)
+        fsm, padding, loading = self._fsm(m, blk, walk, rows, s)
+        self._write_ports(m, fsm, tsel, blk, walk, beats, padding, loading, rows)
+        self._step_pointers(m, blk, rows, beats, step, completes, loading)
         return m
 
-    def _target(self, m: Module) -> tuple[Signal, Signal, Signal]:
-        """The decoded instruction's target (``t_now``, an index into ``targets``), the running
-        one's (``tsel``, registered at decode) and its element size shift (``shift_run``)."""
+    def _target(self, m: Module) -> tuple[Signal, Signal]:
+        """The decoded instruction's target (``t_now``, an index into ``targets``) and the
+        running one's (``tsel``, registered at decode)."""
         insn = self.insn
-        geoms = self._geoms()
-        # Target of the instruction being decoded (start) and of the one running (tsel).
-        t_now = Signal(range(len(geoms)))
-        tsel = Signal(range(len(geoms)))
+        t_now = Signal(range(len(self._targets)))
+        tsel = Signal(range(len(self._targets)))
         for i, t in enumerate(self._targets):
             with m.If(insn.mem_type == int(t)):
                 m.d.comb += t_now.eq(i)
         with m.If(self.start):
             m.d.sync += tsel.eq(t_now)
-        shift_run = Signal(4)
-        for i, g in enumerate(geoms):
-            with m.If(tsel == i):
-                m.d.comb += shift_run.eq(g.elem_shift)
-        return t_now, tsel, shift_run
+        return t_now, tsel
 
     def _block(self, m: Module, s: dict[str, Signal]) -> _Block:
         """The padded block's geometry: the instruction registered at decode, then in the setup
@@ -427,8 +501,8 @@ class LoadEngine(_Engine):
                 head_zero_q.eq(head_zero),
                 jump_data.eq(head_zero & (fields.x_pad_1 == 0)),
             ]
-        return _Block(fields, setup2, cols, row_sram, elem_ptr, head_q, mid_q, tail_q, x_size_q,
-                      x_size1_q, no_pad_q, head_zero_q, jump_data)
+        return _Block(fields, setup, setup2, cols, row_sram, elem_ptr, head_q, mid_q, tail_q,
+                      x_size_q, x_size1_q, no_pad_q, head_zero_q, jump_data)
 
     def _pad_walk(self, m: Module, blk: _Block) -> _PadWalk:
         """The padding walk's registers, its next segment after a jump over a data row
@@ -488,24 +562,39 @@ class LoadEngine(_Engine):
                              seg_one.eq(blk.head_q == 1)]
         return walk
 
-    def _beat_regs(self, m: Module, s: dict[str, Signal], shift_run: Signal) -> _Beats:
-        """The data beats' counters: the elements left in the burst (set at its grant), the
-        beat within an element and the element's earlier beats."""
+    def _beat_regs(self, m: Module) -> _Beats:
+        """The beat within an element and the element's earlier beats."""
         p = self._p
-        cfg = p.cfg
-        geoms = self._geoms()
-        elems_left = Signal(cfg.dram.max_burst.bit_length() + 1)
-        beat_in_elem = Signal(range(max(g.beats_per_elem for g in geoms) + 1))
-        max_beats = max(g.beats_per_elem for g in geoms)
+        max_beats = max(g.beats_per_elem for g in self._geoms())
+        beat_in_elem = Signal(range(max_beats + 1))
         shreg = Signal(p.beat_bits * max(1, max_beats - 1))
-        with m.If(s["granted"]):
-            m.d.sync += elems_left.eq(s["req_bytes"] >> shift_run)
-        return _Beats(elems_left, beat_in_elem, shreg)
+        return _Beats(beat_in_elem, shreg)
 
-    def _fsm(self, m: Module, s: dict[str, Signal], blk: _Block, walk: _PadWalk
+    def _steps(self, m: Module, tsel: Signal, beats: _Beats, elems: Signal
+               ) -> tuple[Signal, Signal]:
+        """``step``, the elements the next data beat completes (from registers only: the beat
+        strobe comes late and only enables the pointers' registers), and ``completes``, it
+        completes any (an element wider than a beat completes on its last beat)."""
+        geoms = self._geoms()
+        step = Signal(range(max(g.lanes for g in geoms) + 1))
+        completes = Signal()
+        for i, (t, g) in enumerate(zip(self._targets, geoms, strict=True)):
+            with m.If(tsel == i):
+                if g.lanes > 1:
+                    m.d.comb += [step.eq(_lanes_now(m, g, elems, t.buffer)),
+                                 completes.eq(1)]
+                elif g.beats_per_elem > 1:
+                    m.d.comb += [step.eq(1),
+                                 completes.eq(beats.beat_in_elem == g.beats_per_elem - 1)]
+                else:
+                    m.d.comb += [step.eq(1), completes.eq(1)]
+        return step, completes
+
+    def _fsm(self, m: Module, blk: _Block, walk: _PadWalk, rows: _Rows, s: dict[str, Signal]
              ) -> tuple[object, Signal, Signal]:
-        """The engine's states: IDLE, REQ (a burst requested), XFER (its beats) and PAD (the
-        padding walk); returns the FSM, ``padding`` and ``loading`` (a data beat)."""
+        """The engine's states: IDLE, DATA (its requests go out and its beats come in, from the
+        cycle after decode) and PAD (the padding walk); returns the FSM, ``padding`` and
+        ``loading`` (a data beat)."""
         pad_addr, seg_left, seg_big, seg_one = (walk.pad_addr, walk.seg_left, walk.seg_big,
                                                  walk.seg_one)
         padding = Signal()
@@ -514,15 +603,10 @@ class LoadEngine(_Engine):
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(self.start & ~s["zero"]):
-                    m.next = "REQ"
-                    m.d.sync += s["asking"].eq(1)
-            with m.State("REQ"):
-                with m.If(s["granted"]):
-                    m.next = "XFER"
-                    m.d.sync += s["asking"].eq(0)
-            with m.State("XFER"):
-                m.d.comb += loading.eq(s["beat"])
-                with m.If(s["all_end"]):
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += loading.eq(self.dram.rsp_valid)
+                with m.If(rows.all_end):
                     with m.If(blk.no_pad_q):
                         m.d.comb += self.last.eq(1)
                         m.next = "IDLE"
@@ -530,9 +614,6 @@ class LoadEngine(_Engine):
                         m.next = "PAD"
                         with m.If(blk.jump_data):
                             m.d.sync += pad_addr.eq(blk.row_sram + blk.cols)
-                with m.Elif(s["burst_end"]):
-                    m.next = "REQ"
-                    m.d.sync += s["asking"].eq(1)
             with m.State("PAD"):
                 m.d.comb += padding.eq(1)
                 with m.If(seg_big):
@@ -546,37 +627,23 @@ class LoadEngine(_Engine):
         return fsm, padding, loading
 
     def _write_ports(self, m: Module, fsm: object, tsel: Signal, blk: _Block, walk: _PadWalk,
-                     beats: _Beats, padding: Signal, loading: Signal) -> Signal:
+                     beats: _Beats, padding: Signal, loading: Signal, rows: _Rows) -> None:
         """The targets' write ports (``wr_<buffer>``, ``writing_<buffer>``): data beats at
-        ``elem_ptr``, zeros at ``pad_addr``; returns ``step``, the elements a data beat ends."""
+        ``elem_ptr``, zeros at ``pad_addr``."""
         p = self._p
         geoms = self._geoms()
-        elems_left, beat_in_elem, shreg = beats.elems_left, beats.beat_in_elem, beats.shreg
+        beat_in_elem, shreg = beats.beat_in_elem, beats.shreg
         max_beats = max(g.beats_per_elem for g in geoms)
+        # ``writing``: past the request's setup (the cycle after decode), moving data or padding.
+        # The first beat comes two cycles after decode at the soonest (a request granted in the
+        # cycle after it, ``latency >= 1``).
+        moving = Signal()
+        m.d.comb += moving.eq((fsm.ongoing("DATA") & ~blk.setup) | fsm.ongoing("PAD"))
         # Data path: one write port per target.
-        # ``step``: elements the next data beat completes, from registers only (the beat strobe
-        # comes late and only enables the pointer's register).
-        step = Signal(range(max(g.lanes for g in geoms) + 1))
         for i, (t, g) in enumerate(zip(self._targets, geoms, strict=True)):
             wr = getattr(self, f"wr_{t.buffer}")
             mine = Signal(name=f"mine_{t.buffer}")
-            m.d.comb += [
-                mine.eq(tsel == i),
-                getattr(self, f"writing_{t.buffer}").eq(
-                    (fsm.ongoing("XFER") | fsm.ongoing("PAD")) & mine),
-            ]
-            if g.lanes > 1:
-                n = _lanes_now(m, g, elems_left, t.buffer)
-                step_t: object = n
-            elif g.beats_per_elem > 1:
-                k = g.beats_per_elem
-                elem_done = Signal(name=f"elem_done_{t.buffer}")
-                m.d.comb += elem_done.eq(beat_in_elem == k - 1)
-                step_t = elem_done
-            else:
-                step_t = 1
-            with m.If(mine):
-                m.d.comb += step.eq(step_t)
+            m.d.comb += [mine.eq(tsel == i), getattr(self, f"writing_{t.buffer}").eq(moving & mine)]
             # The address and the data are the walk's (zeros while padding) whether or not a
             # write goes: only the enables wait for the beat strobe and the target, so the
             # data reach the buffers (and compute's result register, for LOAD ACC) from
@@ -594,9 +661,10 @@ class LoadEngine(_Engine):
                 m.d.comb += wr.en.eq(1)
             with m.Elif(loading & mine):
                 if g.lanes > 1:
+                    n = _lanes_now(m, g, rows.elems, f"wr_{t.buffer}")
                     m.d.comb += wr.en.eq((Const(1, g.lanes + 1) << n) - 1)
-                    m.d.sync += elems_left.eq(elems_left - n)
                 elif g.beats_per_elem > 1:
+                    elem_done = beat_in_elem == g.beats_per_elem - 1
                     m.d.sync += shreg.eq(Cat(shreg[p.beat_bits:], self.dram.rsp_data))
                     with m.If(elem_done):
                         m.d.comb += wr.en.eq(1)
@@ -605,20 +673,19 @@ class LoadEngine(_Engine):
                         m.d.sync += beat_in_elem.eq(beat_in_elem + 1)
                 else:
                     m.d.comb += wr.en.eq(1)
-        return step
 
-    def _step_pointers(self, m: Module, s: dict[str, Signal], blk: _Block, beats: _Beats,
-                       step: Signal, loading: Signal) -> None:
-        """The data pointers' steps: ``elem_ptr`` by ``step`` with each data beat, both it and
-        ``row_sram`` to the next row at a row's end; the beat count restarts at decode."""
+    def _step_pointers(self, m: Module, blk: _Block, rows: _Rows, beats: _Beats,
+                       step: Signal, completes: Signal, loading: Signal) -> None:
+        """The data pointers' steps: ``elem_ptr`` by ``step`` with each beat that completes
+        elements, both it and ``row_sram`` to the next row at a row's end; the beat count
+        restarts at decode."""
         row_sram, elem_ptr, cols = blk.row_sram, blk.elem_ptr, blk.cols
         with m.If(self.start):
             m.d.sync += beats.beat_in_elem.eq(0)
-        with m.If(loading):
-            with m.If(s["row_end"]):
-                m.d.sync += [row_sram.eq(row_sram + cols), elem_ptr.eq(row_sram + cols)]
-            with m.Else():
-                m.d.sync += elem_ptr.eq(elem_ptr + step)
+        with m.If(rows.row_end):
+            m.d.sync += [row_sram.eq(row_sram + cols), elem_ptr.eq(row_sram + cols)]
+        with m.Elif(loading & completes):
+            m.d.sync += elem_ptr.eq(elem_ptr + step)
 
 
 class StoreEngine(_Engine):
@@ -645,34 +712,36 @@ class StoreEngine(_Engine):
         p = self._p
         g = p.buffers["out"]
         insn = self.insn
-        s = self._walk(m, [g.elem_shift], Const(0), write=True)
+        s = self._requests(m, [g.elem_shift], Const(0), write=True, elem_bits=g.addr_bits + 1)
         elem_ptr = Signal(g.addr_bits)
-        elems_left = Signal(p.cfg.dram.max_burst.bit_length() + 1)
+        elems = Signal(p.cfg.isa.size_bits, name="row_elems")
         beat_in_elem = Signal(range(g.beats_per_elem + 1))
         nxt = Signal(g.addr_bits)
         sending = Signal()
-        with m.If(s["granted"]):
-            m.d.sync += elems_left.eq(s["req_bytes"] >> g.elem_shift)
+        step = Signal(range(g.lanes + 1))
+        completes = Signal()
         m.d.comb += nxt.eq(elem_ptr)
         if g.lanes > 1:
-            n = _lanes_now(m, g, elems_left, "out")
-            with m.If(sending):
-                m.d.comb += nxt.eq(elem_ptr + n)
-                m.d.sync += elems_left.eq(elems_left - n)
-            m.d.comb += self.dram.wr_data.eq(self.rd.data)
+            n = _lanes_now(m, g, elems, "out")
+            m.d.comb += [step.eq(n), completes.eq(1), self.dram.wr_data.eq(self.rd.data)]
         elif g.beats_per_elem > 1:
             k = g.beats_per_elem
-            m.d.comb += self.dram.wr_data.eq(self.rd.data.word_select(beat_in_elem, p.beat_bits))
+            m.d.comb += [step.eq(1), completes.eq(beat_in_elem == k - 1),
+                         self.dram.wr_data.eq(self.rd.data.word_select(beat_in_elem,
+                                                                       p.beat_bits))]
             with m.If(sending):
-                with m.If(beat_in_elem == k - 1):
-                    m.d.comb += nxt.eq(elem_ptr + 1)
+                with m.If(completes):
                     m.d.sync += beat_in_elem.eq(0)
                 with m.Else():
                     m.d.sync += beat_in_elem.eq(beat_in_elem + 1)
         else:
-            m.d.comb += self.dram.wr_data.eq(self.rd.data)
-            with m.If(sending):
-                m.d.comb += nxt.eq(elem_ptr + 1)
+            m.d.comb += [step.eq(1), completes.eq(1), self.dram.wr_data.eq(self.rd.data)]
+        # The out buffer's elements follow each other from ``sram_base``, rows included: the
+        # rows only tell how many elements a beat carries (the last beat of a row may be
+        # partial).
+        self._data_rows(m, [g], Const(0), Const(0), elems, step, completes)
+        with m.If(sending & completes):
+            m.d.comb += nxt.eq(elem_ptr + step)
         # Read ahead: the port shows the element of the next beat (from the cycle after decode;
         # the first beat comes later still).
         m.d.comb += self.rd.addr.eq(nxt)
@@ -681,21 +750,17 @@ class StoreEngine(_Engine):
         with m.Else():
             m.d.sync += elem_ptr.eq(nxt)
 
+        # Writes in flight (granted, not yet answered): the instruction ends with the response
+        # of its last, once every request has been granted.
+        in_flight = Signal(range(p.cfg.dram.max_outstanding + 1))
+        m.d.sync += in_flight.eq(in_flight + s["granted"] - self.dram.wr_ack)
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start & ~s["zero"]):
-                    m.next = "REQ"
-                    m.d.sync += s["asking"].eq(1)
-            with m.State("REQ"):
-                with m.If(s["granted"]):
-                    m.next = "XFER"
-                    m.d.sync += s["asking"].eq(0)
-            with m.State("XFER"):
-                m.d.comb += sending.eq(s["beat"])
-                with m.If(s["all_end"]):
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += sending.eq(self.dram.rsp_valid)
+                with m.If(self.dram.wr_ack & (in_flight == 1) & s["done"]):
                     m.d.comb += self.last.eq(1)
                     m.next = "IDLE"
-                with m.Elif(s["burst_end"]):
-                    m.next = "REQ"
-                    m.d.sync += s["asking"].eq(1)
         return m

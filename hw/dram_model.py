@@ -1,16 +1,22 @@
-"""A cycle-level DRAM model for the RTL's DRAM port, with the timing simulator's parameters.
+"""A cycle-level DRAM model for the RTL's DRAM port, for Amaranth's simulator.
 
-One transaction at a time: a request accepted in cycle ``g`` is answered with
-``ceil(bytes / bytes_per_cycle)`` beats in cycles ``g + latency ...`` (one per cycle), so the
-channel is held ``latency + beats`` cycles, as ``accel.machine.costs.dram_cycles`` says. The C++
-harness of the Verilator engine (``hw/harness/main.cpp``) implements the same model.
+It follows :mod:`accel.machine.memory` (it places each granted transaction's beats with the
+contract's :class:`~accel.machine.memory.DataBus`): a request accepted in cycle ``g`` gets its
+``ceil(bytes / bytes_per_cycle)`` beats on the in-order data bus, a read's from ``g + latency``,
+a write's from ``g + 1``; a write's response strobe (``wr_ack``) comes ``latency - 1`` cycles
+after its last beat. The C++ harness of the Verilator engine (``hw/harness/main.cpp``)
+implements the same model; the co-simulation tests run both against the timing simulator.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
+
+from accel.machine.config import HwConfig
+from accel.machine.memory import DataBus, Transaction
 
 __all__ = ["DramModel", "RtlDramError"]
 
@@ -21,11 +27,8 @@ class RtlDramError(RuntimeError):
 
 @dataclass
 class _Txn:
-    start: int
     addr: int
-    nbytes: int
-    write: bool
-    beats: int
+    cycles: Transaction
 
 
 class DramModel:
@@ -35,35 +38,39 @@ class DramModel:
     ----------
     image
         The DRAM bytes (modified in place by writes).
-    latency
-        Cycles from a request to its first beat (``dram.latency``).
-    bytes_per_cycle
-        Bytes per beat (``dram.bytes_per_cycle``).
+    cfg
+        The config: ``dram.latency``, ``dram.bytes_per_cycle`` and ``dram.max_outstanding``
+        (a request beyond it is a protocol error: the arbiter must not make one).
     """
 
-    def __init__(self, image: np.ndarray, latency: int, bytes_per_cycle: int) -> None:
+    def __init__(self, image: np.ndarray, cfg: HwConfig) -> None:
         self.image = image
-        self.latency = latency
-        self.bpc = bytes_per_cycle
-        self.txn: _Txn | None = None
+        self.bpc = cfg.dram.bytes_per_cycle
+        self.max_outstanding = cfg.dram.max_outstanding
+        self.bus = DataBus(cfg)
+        self.data: deque[_Txn] = deque()        # transactions whose beats are to come
+        self.acks: deque[int] = deque()         # cycles of the write responses to come
+        self.in_flight: list[int] = []          # ``done`` cycles of the transactions in flight
         self.bytes_read = 0
         self.bytes_written = 0
         self.transactions = 0
 
-    def beat_at(self, cycle: int) -> int | None:
-        """Index of the beat of the current transaction in ``cycle``, or None."""
-        t = self.txn
-        if t is None:
+    def beat_at(self, cycle: int) -> tuple[bool, int] | None:
+        """``(write, j)``: the beat ``j`` of the transaction on the bus in ``cycle``, or None."""
+        if not self.data:
             return None
-        j = cycle - t.start - self.latency
-        return j if 0 <= j < t.beats else None
+        t = self.data[0].cycles
+        j = cycle - t.first_beat
+        return (t.write, j) if 0 <= j < t.beats else None
+
+    def ack_at(self, cycle: int) -> bool:
+        """A write's response strobe in ``cycle``."""
+        return bool(self.acks) and self.acks[0] == cycle
 
     def _span(self, j: int) -> tuple[int, int]:
-        t = self.txn
-        assert t is not None
+        t = self.data[0]
         lo = t.addr + j * self.bpc
-        hi = min(t.addr + t.nbytes, lo + self.bpc)
-        return lo, hi
+        return lo, min(t.addr + t.cycles.nbytes, lo + self.bpc)
 
     def read_beat(self, j: int) -> int:
         """The data of read beat ``j`` as an integer (little-endian, zero beyond the burst)."""
@@ -77,10 +84,11 @@ class DramModel:
             (value & ((1 << (8 * (hi - lo))) - 1)).to_bytes(hi - lo, "little"), dtype=np.uint8)
 
     def end_cycle(self, cycle: int) -> None:
-        """Retire the transaction after its last beat (call at the end of each cycle)."""
-        t = self.txn
-        if t is not None and cycle >= t.start + self.latency + t.beats - 1:
-            self.txn = None
+        """Retire what ends in ``cycle`` (call at the end of each cycle)."""
+        if self.data and cycle >= self.data[0].cycles.end_beats - 1:
+            self.data.popleft()
+        while self.acks and self.acks[0] <= cycle:
+            self.acks.popleft()
 
     def request(self, cycle: int, addr: int, nbytes: int, write: bool) -> None:
         """Accept a request in ``cycle``.
@@ -88,11 +96,14 @@ class DramModel:
         Raises
         ------
         RtlDramError
-            A transaction is still running, the size is zero, or the range is outside the
-            image.
+            More transactions in flight than ``dram.max_outstanding``, a size of zero, or a
+            range outside the image.
         """
-        if self.txn is not None:
-            raise RtlDramError(f"cycle {cycle}: DRAM request while a transaction is running")
+        self.in_flight = [done for done in self.in_flight if done > cycle]
+        if len(self.in_flight) >= self.max_outstanding:
+            raise RtlDramError(f"cycle {cycle}: DRAM request with {len(self.in_flight)} "
+                               f"transactions in flight (max_outstanding "
+                               f"{self.max_outstanding})")
         if nbytes <= 0:
             raise RtlDramError(f"cycle {cycle}: DRAM request of {nbytes} bytes")
         if addr + nbytes > len(self.image):
@@ -100,10 +111,12 @@ class DramModel:
                 f"cycle {cycle}: DRAM {'write' if write else 'read'} of {nbytes} bytes at "
                 f"{addr} is beyond the {len(self.image)}-byte image"
             )
-        beats = -(-nbytes // self.bpc)
-        self.txn = _Txn(cycle, addr, nbytes, write, beats)
-        self.transactions += 1
+        t = self.bus.grant(cycle, nbytes, write)
+        self.data.append(_Txn(addr, t))
+        self.in_flight.append(t.done)
         if write:
+            self.acks.append(t.done - 1)
             self.bytes_written += nbytes
         else:
             self.bytes_read += nbytes
+        self.transactions += 1

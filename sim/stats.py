@@ -13,8 +13,12 @@ MODULES = ("fetch", "load", "compute", "store")
 
 CMD_EMPTY = "cmd_empty"
 """Stall cause: waiting for an instruction (includes the idle tail after a module's last one)."""
-DRAM_WAIT = "dram"
-"""Stall cause: waiting for the DRAM channel (arbitration) and its access latency."""
+DRAM_CONTENTION = "dram_contention"
+"""Stall cause: waiting for the DRAM channel: a grant, a free slot among
+``dram.max_outstanding``, or the data bus busy with other requesters' beats."""
+DRAM_LATENCY = "dram_latency"
+"""Stall cause: waiting for data granted and on its way (a read's access latency, a write's
+response)."""
 QUEUE_FULL = "queue_full"
 """Stall cause of fetch: the destination command queue is full."""
 
@@ -83,7 +87,9 @@ class SimStats:
     dram_bytes
         Bytes moved over the DRAM channel (instructions, loads and stores).
     dram_busy
-        Cycles the DRAM channel was held (latency included).
+        Cycles the DRAM data bus carried a beat.
+    peak_dram_bytes_per_cycle
+        The data bus's width (``dram.bytes_per_cycle``).
     insn_counts
         Instructions by opcode (``LOAD_INP``, ``GEMM``, ``ALU_ADD``, ...).
     dram_loaded, dram_stored
@@ -94,6 +100,7 @@ class SimStats:
     peak_macs_per_cycle: int
     clock_mhz: float
     modules: dict[str, ModuleStats]
+    peak_dram_bytes_per_cycle: int = 0
     macs: int = 0
     gemm_busy: int = 0
     alu_busy: int = 0
@@ -120,6 +127,12 @@ class SimStats:
         return self.dram_bytes / self.cycles if self.cycles else 0.0
 
     @property
+    def dram_bandwidth_share(self) -> float:
+        """Achieved DRAM bandwidth over the whole run as a share of the peak, 0..1."""
+        peak = self.peak_dram_bytes_per_cycle
+        return self.dram_bytes_per_cycle / peak if peak else 0.0
+
+    @property
     def dram_gbytes_per_s(self) -> float:
         """Achieved DRAM bandwidth at the config's clock, GB/s."""
         return self.dram_bytes_per_cycle * self.clock_mhz / 1000.0
@@ -144,6 +157,8 @@ class SimStats:
             "dram_bytes": self.dram_bytes,
             "dram_busy": self.dram_busy,
             "dram_bytes_per_cycle": self.dram_bytes_per_cycle,
+            "peak_dram_bytes_per_cycle": self.peak_dram_bytes_per_cycle,
+            "dram_bandwidth_share": self.dram_bandwidth_share,
             "dram_gbytes_per_s": self.dram_gbytes_per_s,
             "insn_counts": dict(self.insn_counts),
             "dram_loaded": dict(self.dram_loaded),

@@ -34,11 +34,21 @@ from accel.machine.isa import (
     TokenQueue,
     module_of,
 )
+from accel.machine.memory import (
+    MERGE_SETUP_CYCLES,
+    REQUESTERS,
+    DataBus,
+    Transaction,
+    arbitrate,
+    mem_bursts,
+    merges,
+)
 from accel.machine.program import Program, ProgramError, SimulationDeadlock, count_key
 from sim.functional import FunctionalSimulator
 from sim.stats import (
     CMD_EMPTY,
-    DRAM_WAIT,
+    DRAM_CONTENTION,
+    DRAM_LATENCY,
     MODULES,
     QUEUE_FULL,
     ModuleStats,
@@ -51,10 +61,6 @@ from sim.stats import (
 __all__ = ["DramChannel", "Queue", "TimingSimulator", "run_timing"]
 
 Process = Generator[simpy.Event, Any, Any]
-
-# Fixed arbitration priority on the DRAM channel (lower wins): the instruction stream first.
-DRAM_PRIORITY = {"fetch": 0, "load": 1, "compute": 2, "store": 3}
-
 
 _AFTER_ALL = 2
 """SimPy event priority processed after every URGENT (0) and NORMAL (1) event of a time step."""
@@ -71,59 +77,83 @@ class _EndOfCycle(simpy.Event):
         env.schedule(self, _AFTER_ALL)
 
 
-class DramChannel:
-    """The one DRAM channel: transactions hold it for ``latency + ceil(bytes / bpc)`` cycles.
+@dataclass
+class _Request:
+    grant: simpy.Event
+    nbytes: int
+    write: bool
+    asked: int
 
-    The channel is granted once per cycle, at the end of the cycle: of all requests waiting then
-    (those made in this cycle, by whichever module and in whatever event order, included) the
-    one of highest fixed priority wins (fetch, load, compute, store). The holder releases it in
-    the cycle its transaction ends, so its next request competes in that same cycle. Nothing in
-    the result depends on the order SimPy processes one cycle's events in, which is what lets
-    the RTL's arbiter (``hw.dram``) match it with a plain priority encoder.
+
+class DramChannel:
+    """The DRAM channel of :mod:`accel.machine.memory`: ``dram.max_outstanding`` transactions
+    in flight, one grant per cycle among the requests presented then, an in-order data bus.
+
+    Arbitration happens at the end of a cycle, after every other event of that cycle, so that
+    every request presented in the cycle (by whichever module, in whatever event order) competes,
+    and a slot freed in the cycle (a transaction done) can be granted again in it. Nothing in the
+    result depends on the order SimPy processes one cycle's events in, which is what lets the
+    RTL's arbiter (``hw.dram``) match it.
     """
 
     def __init__(self, env: simpy.Environment, cfg: HwConfig, sim: TimingSimulator) -> None:
         self.env = env
         self.cfg = cfg
         self.sim = sim
-        self.busy = False
-        self._waiting: dict[str, simpy.Event] = {}
-        self._arbitration: simpy.Event | None = None
+        self.bus = DataBus(cfg)
+        self.in_flight = 0
+        self.last = -1
+        self._waiting: dict[int, _Request] = {}
+        self._next: int | None = None       # the cycle of the arbitration scheduled
+        self.transactions: list[tuple[str, Transaction]] = []
 
-    def transaction(self, who: str, nbytes: int) -> Process:
-        """Move ``nbytes`` (at most one burst); account the requester's wait and busy time."""
-        stats = self.sim.stats.modules[who]
-        asked = self.env.now
-        grant = self.env.event()
-        self._waiting[who] = grant
-        self._arbitrate_at_end_of_cycle()
-        yield grant
-        beats = costs.dram_cycles(nbytes, self.cfg) - self.cfg.dram.latency
-        granted = self.env.now
-        self.sim.count("dram bytes/cycle", granted + self.cfg.dram.latency,
-                       nbytes / beats if beats else 0.0)
-        yield self.env.timeout(self.cfg.dram.latency + beats)
-        self.sim.count("dram bytes/cycle", self.env.now, 0.0)
-        self.busy = False
-        self._arbitrate_at_end_of_cycle()
-        stats.stall(DRAM_WAIT, granted - asked + self.cfg.dram.latency)
-        stats.busy += beats
-        self.sim.stats.dram_bytes += nbytes
-        self.sim.stats.dram_busy += self.cfg.dram.latency + beats
+    def request(self, who: str, nbytes: int, write: bool) -> Generator[simpy.Event, Any,
+                                                                       Transaction]:
+        """Present a request of ``nbytes`` (at most one burst); return its transaction once
+        granted (its cycles are known at the grant: the bus is in order)."""
+        req = _Request(self.env.event(), nbytes, write, int(self.env.now))
+        self._waiting[REQUESTERS.index(who)] = req
+        self._arbitrate_at(req.asked)
+        txn = yield req.grant
+        return txn
 
-    def _arbitrate_at_end_of_cycle(self) -> None:
-        if self.busy or not self._waiting or self._arbitration is not None:
-            return
-        self._arbitration = _EndOfCycle(self.env)
-        self._arbitration.callbacks.append(self._grant)
+    def _arbitrate_at(self, cycle: int) -> None:
+        if self._next is not None and self._next <= cycle:
+            return          # an earlier arbitration reschedules itself while requests wait
+        self._next = cycle
+        now = int(self.env.now)
+        if cycle == now:
+            _EndOfCycle(self.env).callbacks.append(lambda _: self._grant(cycle))
+        else:
+            self.env.timeout(cycle - now).callbacks.append(
+                lambda _: _EndOfCycle(self.env).callbacks.append(lambda _: self._grant(cycle)))
 
-    def _grant(self, _: simpy.Event) -> None:
-        self._arbitration = None
-        if self.busy or not self._waiting:
-            return
-        who = min(self._waiting, key=DRAM_PRIORITY.__getitem__)
-        self.busy = True
-        self._waiting.pop(who).succeed()
+    def _grant(self, cycle: int) -> None:
+        if self._next != cycle:
+            return          # superseded by an earlier one
+        self._next = None
+        if not self._waiting or self.in_flight >= self.cfg.dram.max_outstanding:
+            return          # a request or a freed slot schedules the next arbitration
+        asking = [i in self._waiting for i in range(len(REQUESTERS))]
+        who = arbitrate(asking, self.cfg.dram.arbiter, self.last)
+        assert who is not None
+        self.last = who
+        req = self._waiting.pop(who)
+        txn = self.bus.grant(cycle, req.nbytes, req.write)
+        self.in_flight += 1
+        self.env.timeout(txn.done - cycle).callbacks.append(self._release)
+        stats = self.sim.stats
+        stats.dram_bytes += req.nbytes
+        stats.dram_busy += txn.beats
+        if self.sim.trace:
+            self.transactions.append((REQUESTERS[who], txn))
+        req.grant.succeed(txn)
+        if self._waiting:
+            self._arbitrate_at(cycle + 1)
+
+    def _release(self, _: simpy.Event) -> None:
+        self.in_flight -= 1
+        self._arbitrate_at(int(self.env.now))
 
 
 class Queue(simpy.Store):
@@ -235,10 +265,20 @@ class _Unit:
     def _memory(self, insn: MemInsn) -> Process:
         self.stats.busy += costs.DECODE_CYCLES
         yield self.env.timeout(costs.DECODE_CYCLES)
-        bursts = costs.mem_row_bursts(insn, self.cfg)
-        for _ in range(insn.y_size if bursts else 0):
-            for nbytes in bursts:
-                yield from self.sim.dram.transaction(self.name, nbytes)
+        asks: list[int] = []
+        txns: list[Transaction] = []
+        bursts = mem_bursts(insn, self.cfg)
+        if bursts and merges(insn, self.cfg):
+            self.stats.busy += MERGE_SETUP_CYCLES
+            yield self.env.timeout(MERGE_SETUP_CYCLES)
+        for i, nbytes in enumerate(bursts):
+            if i:       # the next request from the cycle after the grant
+                yield self.env.timeout(1)
+            asks.append(int(self.env.now))
+            txns.append((yield from self.sim.dram.request(self.name, nbytes, insn.store)))
+        if txns:
+            yield self.env.timeout(txns[-1].done - self.env.now)
+            account_dram_wait(self.stats, asks, txns, self.cfg.dram.latency)
         pad = costs.mem_pad_cycles(insn)
         if pad:
             self.stats.busy += pad
@@ -296,7 +336,10 @@ class FetchModule:
         while self.dispatched < n:
             k = min(batch, n - self.dispatched)
             self.waiting = "DRAM"
-            yield from self.sim.dram.transaction("fetch", k * INSN_BYTES)
+            asked = int(self.env.now)
+            txn = yield from self.sim.dram.request("fetch", k * INSN_BYTES, False)
+            yield self.env.timeout(txn.done - self.env.now)
+            account_dram_wait(self.stats, [asked], [txn], self.sim.cfg.dram.latency)
             for index in range(self.dispatched, self.dispatched + k):
                 insn = self.insns[index]
                 self.stats.busy += 1
@@ -335,10 +378,6 @@ class TimingSimulator:
         self.trace = trace
 
     # ------------------------------------------------------------------ hooks for modules
-    def count(self, name: str, cycle: float, value: float) -> None:
-        if self.trace:
-            self.stats.counters.append((name, int(cycle), value))
-
     def queue_level(self, name: str, store: simpy.Store) -> None:
         if self.trace:
             self.stats.counters.append((name, int(self.env.now), float(len(store.items))))
@@ -401,6 +440,7 @@ class TimingSimulator:
             peak_macs_per_cycle=cfg.peak_macs_per_cycle,
             clock_mhz=cfg.clock_mhz,
             modules={name: ModuleStats() for name in MODULES},
+            peak_dram_bytes_per_cycle=cfg.dram.bytes_per_cycle,
         )
         self.finished: _Finish | None = None
         self.done = self.env.event()
@@ -426,6 +466,8 @@ class TimingSimulator:
         self.env.run()
         self._check_leftovers(finished.index)
         self.stats.cycles = finished.cycle
+        if self.trace:
+            self.stats.counters.extend(_bandwidth_track(self.dram.transactions))
         self.stats.insn_counts = dict(self.fsim.stats.insn_counts)
         self.stats.dram_loaded = dict(self.fsim.stats.bytes_loaded)
         self.stats.dram_stored = self.fsim.stats.bytes_stored
@@ -478,6 +520,65 @@ class TimingSimulator:
             parts.append(f"fetch has dispatched all {len(fetch.insns)} instructions")
         tokens = " ".join(f"{q.value}={len(s.items)}" for q, s in self.token_queues.items())
         return f"deadlock at cycle {int(self.env.now)}: {'; '.join(parts)}; tokens: {tokens}"
+
+
+def _union(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint ``[lo, hi)`` cycle intervals covering the same cycles."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(i for i in intervals if i[1] > i[0]):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Cycles in both of two sorted, disjoint interval lists."""
+    total, j = 0, 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < hi:
+            total += min(hi, b[k][1]) - max(lo, b[k][0])
+            k += 1
+    return total
+
+
+def account_dram_wait(stats: ModuleStats, asks: list[int], txns: list[Transaction],
+                      latency: int) -> None:
+    """Split a module's cycles from its first DRAM request to its last transaction's end.
+
+    Each cycle is ``busy`` when one of its own beats is on the bus; else a DRAM *latency* stall
+    when one of its transactions is within its access latency (a read's ``L`` cycles from the
+    grant, a write's wait for its response); else a DRAM *contention* stall (waiting for a grant,
+    for a free slot, or for the bus to carry other requesters' beats first).
+    """
+    beats = _union([(t.first_beat, t.end_beats) for t in txns])
+    waiting = _union([(t.end_beats, t.done) if t.write else (t.granted, t.granted + latency)
+                      for t in txns])
+    busy = sum(hi - lo for lo, hi in beats)
+    latent = sum(hi - lo for lo, hi in waiting) - _overlap(waiting, beats)
+    span = txns[-1].done - asks[0]
+    stats.busy += busy
+    stats.stall(DRAM_LATENCY, latent)
+    stats.stall(DRAM_CONTENTION, span - busy - latent)
+
+
+BANDWIDTH_TRACK = "dram bytes/cycle"
+
+
+def _bandwidth_track(txns: list[tuple[str, Transaction]]) -> list[tuple[str, int, float]]:
+    """The data bus's bytes per cycle over time: each transaction's rate from its first beat,
+    0 after its last unless the next one's beats follow at once."""
+    out: list[tuple[str, int, float]] = []
+    ordered = sorted((t for _, t in txns), key=lambda t: t.first_beat)
+    for i, t in enumerate(ordered):
+        out.append((BANDWIDTH_TRACK, t.first_beat, t.nbytes / t.beats))
+        if i + 1 == len(ordered) or ordered[i + 1].first_beat > t.end_beats:
+            out.append((BANDWIDTH_TRACK, t.end_beats, 0.0))
+    return out
 
 
 def _slice_name(insn: Insn) -> str:

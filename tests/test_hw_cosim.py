@@ -457,6 +457,40 @@ def test_random_programs_variants(variant: int, data: st.DataObject) -> None:
     cosim(*data.draw(programs(VARIANTS[variant])))
 
 
+def _memory(n: int, latency: int, arbiter: str, merge: bool) -> HwConfig:
+    return TINY.replace(**{"dram.max_outstanding": n, "dram.latency": latency,
+                           "dram.arbiter": arbiter, "dram.merge_rows": merge})
+
+
+MEMORY_GRID = [(n, latency, arbiter, merge) for n in (1, 2, 8) for latency in (1, 7, 32)
+               for arbiter in ("priority", "round_robin") for merge in (False, True)]
+# Each value of each field at least once, in the default run.
+MEMORY_FEW = [(2, 1, "round_robin", True), (8, 7, "priority", True), (8, 32, "round_robin", False),
+              (1, 7, "round_robin", True), (2, 32, "priority", True), (8, 1, "priority", False)]
+
+
+@pytest.mark.parametrize("memory", MEMORY_FEW, ids=lambda m: "n{}-l{}-{}-{}".format(*m))
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_programs_memory_system(memory: tuple[int, int, str, bool],
+                                       data: st.DataObject) -> None:
+    """Outstanding requests, latencies, both arbiters, merged rows: every instruction's start
+    and end as the timing simulator's, the DRAM as fsim's."""
+    cosim(*data.draw(programs(_memory(*memory))))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("memory", MEMORY_GRID, ids=lambda m: "n{}-l{}-{}-{}".format(*m))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_programs_memory_grid(memory: tuple[int, int, str, bool],
+                                     data: st.DataObject) -> None:
+    """The whole grid of ``dram.max_outstanding`` {1, 2, 8}, ``dram.latency`` {1, 7, 32}, both
+    arbiters, rows merged or not."""
+    cosim(*data.draw(programs(_memory(*memory))))
+
+
 @pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(TINY))

@@ -126,10 +126,14 @@ def import_graph(sources: dict[str, tuple[str, str]]) -> dict[str, list[Import]]
 
 def layering_violations(graph: dict[str, list[Import]]) -> list[str]:
     """One line per import that breaks the layering or imports a private name."""
-    out = []
+    out: list[str] = []
     for module, imports in graph.items():
         here = layer_of(module)
+        seen: set[tuple[int, str]] = set()
         for imp in imports:
+            if (imp.line, imp.target) in seen and not imp.private:
+                continue                    # one line per import and module it names
+            seen.add((imp.line, imp.target))
             there = layer_of(imp.target)
             where = f"{imp.file}:{imp.line}: {imp.text}"
             if there not in ALLOWED[here]:
@@ -292,3 +296,27 @@ def test_importing_an_engine_loads_only_it_and_the_contract(package: str) -> Non
     assert f"{package}" in ours and "accel.machine.config" in ours and len(ours) > 10
     outside = [m for m in ours if layer_of(m) not in {package, "contract"} and m != "accel"]
     assert outside == []
+
+
+def summary(root: Path = ROOT) -> str:
+    """Modules per layer, imports between layers, cycles and violations (for reports:
+    ``python tests/test_layering.py [ROOT]``)."""
+    graph = import_graph(module_sources(root))
+    per_layer: dict[str, int] = {}
+    for module in graph:
+        per_layer[layer_of(module)] = per_layer.get(layer_of(module), 0) + 1
+    between: dict[tuple[str, str], int] = {}
+    for module, imports in graph.items():
+        for imp in imports:
+            pair = (layer_of(module), layer_of(imp.target))
+            if pair[0] != pair[1]:
+                between[pair] = between.get(pair, 0) + 1
+    lines = ["modules per layer: " + ", ".join(f"{k} {v}" for k, v in sorted(per_layer.items()))]
+    lines += [f"imports {a} -> {b}: {n}" for (a, b), n in sorted(between.items())]
+    cycles, bad = import_cycles(graph), layering_violations(graph)
+    lines += [f"module cycles: {len(cycles)}", *cycles, f"violations: {len(bad)}", *bad]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summary(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT))

@@ -53,7 +53,7 @@ def _row(cfg: accel.HwConfig, layer: str, index: int, trace_dir: Path | None) ->
     for m in MODULES:
         ms = st.modules[m]
         row[f"busy.{m}"] = ms.busy
-        for part in ("dram", "cmd_empty", "queue_full"):
+        for part in ("dram_contention", "dram_latency", "cmd_empty", "queue_full"):
             row[f"stall.{m}.{part}"] = ms.stalls.get(part, 0)
         row[f"stall.{m}.token"] = sum(v for k, v in ms.stalls.items() if k.startswith("token "))
         row[f"stall.{m}.full"] = sum(v for k, v in ms.stalls.items() if k.startswith("full "))

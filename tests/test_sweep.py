@@ -237,7 +237,8 @@ def test_local_run_rows_errors_traces_and_parquet(tmp_path: Path) -> None:
     assert ok["dram_bytes"] == sum(ok[f"bytes.{b}"] for b in ("inp", "wgt", "acc", "uop", "out"))
     for m in ("fetch", "load", "compute", "store"):
         total = ok[f"busy.{m}"] + sum(ok[f"stall.{m}.{k}"] for k in
-                                      ("dram", "cmd_empty", "queue_full", "token", "full"))
+                                      ("dram_contention", "dram_latency", "cmd_empty", "queue_full",
+                                           "token", "full"))
         assert total == ok["cycles"], m
     assert ok["peak_macs_per_cycle"] == 16 and ok["buffers.wgt"] == 2048
     assert ok["worker"] == f"pid:{os.getpid()}"

@@ -52,7 +52,7 @@ def test_lone_load() -> None:
     assert timeline(stats) == [("load", "LOAD", 37, 74), ("compute", "FINISH", 74, 75)]
     assert stats.cycles == 75
     assert stats.modules["load"].busy == 1 + 4
-    assert stats.modules["load"].stalls == {"cmd_empty": 37 + 1, "dram": 32}
+    assert stats.modules["load"].stalls == {"cmd_empty": 37 + 1, "dram_latency": 32}
     assert stats.modules["compute"].stalls["token load->compute"] == 74 - 38
     assert stats.dram_bytes == 32 + 32
     assert stats.insn_counts == {"LOAD_INP": 1, "FINISH": 1}
@@ -91,7 +91,9 @@ def test_load_gemm_store_chain() -> None:
         ("compute", "FINISH", 205, 206),
     ]
     assert stats.cycles == 206
-    assert stats.modules["load"].stalls["dram"] == 32 + (118 - 83) + 32
+    # Latency: each load's 32 cycles; contention: the second waits for compute's transaction.
+    assert stats.modules["load"].stalls["dram_latency"] == 32 + 32
+    assert stats.modules["load"].stalls["dram_contention"] == 118 - 83
     assert stats.macs == 4 * 64
     assert stats.gemm_utilization == pytest.approx(256 / (206 * 64))
     assert stats.bytes_written == {"inp": 32, "wgt": 64, "uop": 32, "acc": 128, "out": 32}
@@ -195,7 +197,8 @@ def test_same_cycle_dram_requests_go_by_priority() -> None:
     assert timeline(stats)[-3:] == [("load", "LOAD", 79, 147), ("compute", "GEMM", 147, 148),
                                     ("compute", "FINISH", 148, 149)]
     assert stats.cycles == 149
-    assert stats.modules["load"].stalls["dram"] == (114 - 80) + 32
+    assert stats.modules["load"].stalls["dram_contention"] == 114 - 80
+    assert stats.modules["load"].stalls["dram_latency"] == 32
 
 
 def test_bandwidth_bound_load_matches_formula() -> None:

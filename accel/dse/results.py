@@ -43,17 +43,18 @@ __all__ = [
 ]
 
 MODULES = ("fetch", "load", "compute", "store")
-STALL_KINDS = ("dram", "cmd_empty", "queue_full", "token", "full")
+STALL_KINDS = ("dram_contention", "dram_latency", "cmd_empty", "queue_full", "token", "full")
 
 IDENTITY_HEAD = ("point_id", "point_index", "sweep", "config_name")
 IDENTITY_TAIL = ("core", "workload", "layer", "backend", "status", "error")
 CONFIG_COLUMNS = ("peak_macs_per_cycle", "clock_mhz", "dram_bytes_per_cycle", "dram_latency",
+                  "dram_max_outstanding",
                   "buffers.inp", "buffers.wgt", "buffers.acc", "buffers.uop")
 METRIC_COLUMNS: dict[str, tuple[str, ...]] = {
     "cycles": ("cycles", "milliseconds", "macs", "compile_seconds"),
     "gemm_utilization": ("gemm_utilization",),
     "dram_bytes": ("dram_bytes", "bytes.inp", "bytes.wgt", "bytes.acc", "bytes.uop",
-                   "bytes.out"),
+                   "bytes.out", "dram_achieved_bytes_per_cycle", "dram_bandwidth_share"),
     "stalls": tuple(c for m in MODULES
                     for c in (f"busy.{m}", *(f"stall.{m}.{k}" for k in STALL_KINDS))),
     "area": ("area.target", "area.luts", "area.ffs", "area.dsps", "area.brams"),

@@ -116,6 +116,8 @@ def _facts(point: Point, cfg: HwConfig | None) -> dict[str, Any]:
         "backend": point.backend, "status": "ok", "error": "",
         "clock_mhz": float(m.get("clock_mhz", 0)) or None,
         "dram_bytes_per_cycle": dram.get("bytes_per_cycle"), "dram_latency": dram.get("latency"),
+        "dram_max_outstanding": (cfg.dram.max_outstanding if cfg is not None
+                                 else dram.get("max_outstanding", 1)),
         **{f"buffers.{b}": buffers.get(b) for b in ("inp", "wgt", "acc", "uop")},
     }
     if cfg is not None:
@@ -174,13 +176,16 @@ def _stats_metrics(stats: Any, backend: str, cfg: HwConfig, cycles: int | None, 
         out.update({f"bytes.{b}": n for b, n in loaded.items()})
         out["bytes.out"] = stats.dram_stored
         out["dram_bytes"] = sum(loaded.values()) + stats.dram_stored
+        out["dram_achieved_bytes_per_cycle"] = stats.dram_bytes_per_cycle
+        out["dram_bandwidth_share"] = stats.dram_bandwidth_share
         for m in MODULES:
             ms = stats.modules.get(m)
             if ms is None:
                 continue
             s = ms.stalls
             out[f"busy.{m}"] = ms.busy
-            out[f"stall.{m}.dram"] = s.get("dram", 0)
+            out[f"stall.{m}.dram_contention"] = s.get("dram_contention", 0)
+            out[f"stall.{m}.dram_latency"] = s.get("dram_latency", 0)
             out[f"stall.{m}.cmd_empty"] = s.get("cmd_empty", 0)
             out[f"stall.{m}.queue_full"] = s.get("queue_full", 0)
             out[f"stall.{m}.token"] = sum(v for c, v in s.items() if c.startswith("token "))

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel.machine.config import ConfigError, HwConfig, load_config, parse_yaml
+from accel.machine.config import ConfigError, HwConfig, field_kind, load_config, parse_yaml
 
 __all__ = [
     "BACKENDS",
@@ -425,9 +425,12 @@ def _parse_axes(c: _Checker, raw: Any, mode: str) -> tuple[Axis, ...]:
             else:
                 row = (value,)
             for key, v in zip(keys, row, strict=True):
-                ok = _is_number(v) if key == "clock_mhz" else _is_int(v)
-                c.expect(ok, f"{where}[{i}]",
-                         "a number" if key == "clock_mhz" else f"an integer for {key}", v)
+                kind = field_kind(key)
+                ok = (_is_number(v) if kind is float else _is_int(v) if kind is int
+                      else type(v) is kind)
+                want = {float: "a number", int: f"an integer for {key}",
+                        bool: f"true or false for {key}", str: f"a string for {key}"}[kind]
+                c.expect(ok, f"{where}[{i}]", want, v)
             if mode == "grid" and row in rows:
                 raise c.fail(f"{where}[{i}]", f"value {value!r} is listed twice")
             rows.append(row)

@@ -33,7 +33,9 @@ import yaml
 from accel.machine.layout import IsaLayout
 
 __all__ = [
+    "DRAM_ARBITERS",
     "INSN_BITS",
+    "MAX_OUTSTANDING",
     "Buffers",
     "ConfigError",
     "CoreShape",
@@ -44,6 +46,7 @@ __all__ = [
     "Precision",
     "Queues",
     "config_dir",
+    "field_kind",
     "load_config",
     "parse_yaml",
     "shipped_configs",
@@ -95,13 +98,31 @@ class Queues:
     token_depth: int = 256
 
 
+MAX_OUTSTANDING = 16
+"""The most DRAM requests the RTL keeps in flight (``dram.max_outstanding``); the 2018 design's
+HLS AXI masters kept up to 16 reads in flight."""
+
+DRAM_ARBITERS = ("priority", "round_robin")
+"""``dram.arbiter``: fixed priority (fetch, load, compute, store) or round robin."""
+
+
 @dataclass(frozen=True)
 class DramConfig:
-    """The DRAM channel: bus width (bytes/cycle), access latency (cycles), burst (bytes)."""
+    """The DRAM channel (see ``accel.machine.costs`` for its timing).
+
+    ``bytes_per_cycle`` is the width of the one data bus, ``latency`` the cycles from a read's
+    grant to its first beat (and from a write's last beat to its response), ``max_burst`` the
+    largest transaction in bytes. ``max_outstanding`` transactions may be in flight at once
+    (1: each waits for the one before to finish, the original channel); ``arbiter`` picks among
+    the requesters asking in a cycle.
+    """
 
     bytes_per_cycle: int = 8
     latency: int = 32
     max_burst: int = 256
+    max_outstanding: int = 1
+    arbiter: str = "priority"
+    merge_rows: bool = False
 
 
 @dataclass(frozen=True)
@@ -434,6 +455,34 @@ def _format_bits(cfg: HwConfig) -> dict[str, int]:
     return {fmt.name: fmt.total_bits for fmt in layout.formats.values()}
 
 
+def _field_kind(cls: type, name: str) -> type:
+    """``int``, ``bool`` or ``str``: the type of a section field, from its default."""
+    return type(getattr(cls(), name))
+
+
+def field_kind(key: str) -> type:
+    """The type of the config field a dotted key names (``"dram.arbiter"`` -> ``str``):
+    ``int``, ``bool``, ``str``, or ``float`` for ``clock_mhz``.
+
+    Raises
+    ------
+    KeyError
+        No such field.
+    """
+    section, _, leaf = key.partition(".")
+    if not leaf:
+        if key == "clock_mhz":
+            return float
+        raise KeyError(key)
+    cls = _SECTIONS[section]
+    if leaf not in {f.name for f in fields(cls)}:
+        raise KeyError(key)
+    return _field_kind(cls, leaf)
+
+
+_KIND_TEXT = {int: "an integer", bool: "true or false", str: "a string"}
+
+
 def _section(cls: type, value: Any, key: str, source: str) -> Any:
     if not isinstance(value, dict):
         raise ConfigError(
@@ -448,9 +497,11 @@ def _section(cls: type, value: Any, key: str, source: str) -> Any:
             raise ConfigError(
                 f"{source}: {key}.{leaf}: unknown key; expected one of {', '.join(known)}"
             )
-        if isinstance(item, bool) or not isinstance(item, int):
+        kind = _field_kind(cls, leaf)
+        if type(item) is not kind:
             raise ConfigError(
-                f"{source}: {key}.{leaf}: expected an integer, got {type(item).__name__} {item!r}"
+                f"{source}: {key}.{leaf}: expected {_KIND_TEXT[kind]}, "
+                f"got {type(item).__name__} {item!r}"
             )
         kwargs[leaf] = item
     return cls(**kwargs)
@@ -469,10 +520,8 @@ def _validate(cfg: HwConfig) -> None:
             raise ConfigError(f"{src}: {sec_name}: expected {cls.__name__}, got {sec!r}")
         for f in fields(sec):
             v = getattr(sec, f.name)
-            _check(
-                isinstance(v, int) and not isinstance(v, bool),
-                cfg, f"{sec_name}.{f.name}", "an integer", v,
-            )
+            kind = _field_kind(cls, f.name)
+            _check(type(v) is kind, cfg, f"{sec_name}.{f.name}", _KIND_TEXT[kind], v)
     for leaf in ("batch", "block_in", "block_out"):
         v = getattr(cfg.core, leaf)
         _check(_is_pow2(v), cfg, f"core.{leaf}", "a power of two", v)
@@ -496,6 +545,11 @@ def _validate(cfg: HwConfig) -> None:
     _check(_is_pow2(d.bytes_per_cycle), cfg, "dram.bytes_per_cycle", "a power of two",
            d.bytes_per_cycle)
     _check(d.latency >= 0, cfg, "dram.latency", "a non-negative number of cycles", d.latency)
+    _check(1 <= d.max_outstanding <= MAX_OUTSTANDING, cfg, "dram.max_outstanding",
+           f"1..{MAX_OUTSTANDING} requests in flight (the RTL keeps at most {MAX_OUTSTANDING})",
+           d.max_outstanding)
+    _check(d.arbiter in DRAM_ARBITERS, cfg, "dram.arbiter", f"one of {', '.join(DRAM_ARBITERS)}",
+           d.arbiter)
     _check(
         _is_pow2(d.max_burst) and d.max_burst >= d.bytes_per_cycle,
         cfg, "dram.max_burst", f"a power of two >= bytes_per_cycle ({d.bytes_per_cycle})",

@@ -5,7 +5,9 @@ cycles (tests compare them), so every formula is a function of the :class:`HwCon
 instruction, with no tuned constants. Notation: ``bpc = dram.bytes_per_cycle``,
 ``L = dram.latency``, ``burst = dram.max_burst``.
 
-DRAM transaction (one burst of ``b <= burst`` bytes, the channel held throughout)::
+DRAM transaction (one burst of ``b <= burst`` bytes; :mod:`accel.machine.memory` has the
+channel's rules: grants, ``dram.max_outstanding`` transactions in flight, the in-order data bus).
+With the bus idle, a read or a write takes, from its grant to its end::
 
     dram_cycles(b) = L + ceil(b / bpc)
 
@@ -14,12 +16,18 @@ instruction per cycle into its module's command queue::
 
     fetch(k instructions) = dram_cycles(16 k) + k
 
-LOAD / STORE: one decode cycle, then each DRAM row of ``x_size * elem`` bytes is split into
-bursts (``elem`` = bytes of one tile or micro-op word); a LOAD also writes its pad elements into
-SRAM at one element per cycle (a zero-size LOAD writes none)::
+LOAD / STORE: one decode cycle, then the DRAM transactions of ``memory.mem_bursts`` (row by
+row, or the rows as one run with ``dram.merge_rows``), the first requested in the cycle after
+the decode (a merged run ``memory.MERGE_SETUP_CYCLES`` later) and each next one in the cycle
+after the one before was granted; the DRAM part ends
+when the last is done. A LOAD then writes its pad elements into SRAM at one element per cycle
+(a zero-size LOAD writes none). With the channel to itself, bursts ``b_0 .. b_(n-1)`` are
+granted at ``g_0 = 1`` and ``g_i = max(g_(i-1) + 1, done_(i-N))`` (a slot is free), and::
 
-    mem = 1 + y_size * sum(dram_cycles(b) for b in row_bursts(x_size * elem))
-            + (rows * cols - y_size * x_size)           # LOAD padding only
+    mem = done_(n-1) + (rows * cols - y_size * x_size)     # LOAD padding only
+
+with ``done_i`` from ``memory.DataBus``; at ``N = 1`` without merging this is the original
+``1 + y_size * sum(dram_cycles(b) for b in the row's bursts) + padding``.
 
 A put into a full bounded queue (command or token queue) completes when the consumer takes
 an entry; the producer goes on ``QUEUE_FULL_RESUME_CYCLES`` = 1 cycle after that. A queue is
@@ -54,6 +62,7 @@ from __future__ import annotations
 
 from accel.machine.config import HwConfig
 from accel.machine.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn
+from accel.machine.memory import MERGE_SETUP_CYCLES, DataBus, mem_bursts, merges
 from accel.machine.program import Program
 
 __all__ = [
@@ -67,9 +76,9 @@ __all__ = [
     "gemm_cycles",
     "insn_compute_cycles",
     "mem_cycles",
+    "mem_dram_cycles",
     "mem_elem_bytes",
     "mem_pad_cycles",
-    "mem_row_bursts",
     "serial_cycles",
 ]
 
@@ -104,15 +113,6 @@ def mem_elem_bytes(insn: MemInsn, cfg: HwConfig) -> int:
     return cfg.tile_bytes(insn.mem_type.buffer)
 
 
-def mem_row_bursts(insn: MemInsn, cfg: HwConfig) -> list[int]:
-    """Byte sizes of the DRAM transactions of one row of a LOAD/STORE (empty when no data)."""
-    row = insn.x_size * mem_elem_bytes(insn, cfg)
-    if not insn.y_size or not row:
-        return []
-    burst = cfg.dram.max_burst
-    return [burst] * (row // burst) + ([row % burst] if row % burst else [])
-
-
 def mem_pad_cycles(insn: MemInsn) -> int:
     """Cycles a LOAD spends writing zero padding into SRAM (one element per cycle).
 
@@ -123,10 +123,23 @@ def mem_pad_cycles(insn: MemInsn) -> int:
     return insn.rows * insn.cols - insn.y_size * insn.x_size
 
 
+def mem_dram_cycles(insn: MemInsn, cfg: HwConfig) -> int:
+    """Cycles from the cycle after a LOAD/STORE's decode to its last transaction's end, with the
+    DRAM channel to itself (0 without data)."""
+    bus = DataBus(cfg)
+    done: list[int] = []
+    cycle = MERGE_SETUP_CYCLES if merges(insn, cfg) else 0
+    for i, nbytes in enumerate(mem_bursts(insn, cfg)):
+        if i >= cfg.dram.max_outstanding:
+            cycle = max(cycle, done[i - cfg.dram.max_outstanding])
+        done.append(bus.grant(cycle, nbytes, insn.store).done)
+        cycle += 1
+    return done[-1] if done else 0
+
+
 def mem_cycles(insn: MemInsn, cfg: HwConfig) -> int:
     """Total cycles of a LOAD/STORE with the DRAM channel to itself."""
-    row = sum(dram_cycles(b, cfg) for b in mem_row_bursts(insn, cfg))
-    return DECODE_CYCLES + insn.y_size * row + mem_pad_cycles(insn)
+    return DECODE_CYCLES + mem_dram_cycles(insn, cfg) + mem_pad_cycles(insn)
 
 
 def gemm_cycles(insn: GemmInsn, cfg: HwConfig) -> int:

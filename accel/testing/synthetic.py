@@ -5,6 +5,9 @@ input block and a weight block, reset and accumulate a GEMM, requantise with thr
 (SHR, MAX, MIN), store the outputs. With ``threads=2`` the iterations alternate between two
 halves of every buffer (VTA's two virtual threads), so a load overlaps the previous iteration's
 compute; with ``threads=1`` every stage waits for the one before it, which serialises them.
+
+:func:`contiguous_load` streams a contiguous block of DRAM into the inp buffer, for the DRAM
+channel's bandwidth.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from accel.machine.dram import Dram
 from accel.machine.isa import AluOp, MemType
 from accel.machine.program import Program
 
-__all__ = ["gemm_tile", "pipelined_gemm"]
+__all__ = ["contiguous_load", "gemm_tile", "pipelined_gemm"]
 
 
 def pipelined_gemm(
@@ -147,4 +150,43 @@ def gemm_tile(
     b.store(sram_base=0, dram_base=out, x_size=pixels, x_stride=pixels, pop_prev=True,
             push_prev=True)
     b.finish(pop_next=True)
+    return b.build()
+
+
+def contiguous_load(cfg: HwConfig, nbytes: int, row_bytes: int = 512,
+                    seed: int = 0) -> tuple[Program, Dram]:
+    """LOAD INP instructions that read ``nbytes`` of contiguous DRAM in rows of ``row_bytes``.
+
+    Each LOAD fills the inp buffer (or what is left of ``nbytes``) with rows that follow each
+    other in DRAM (``x_stride == x_size``), so a config with ``dram.merge_rows`` moves each
+    LOAD as one run of bursts. The loads carry no tokens; FINISH follows the last.
+
+    Raises
+    ------
+    ValueError
+        ``nbytes`` or ``row_bytes`` is not a positive multiple of an inp tile, or ``nbytes``
+        not a multiple of ``row_bytes``.
+    """
+    tile = cfg.inp_tile_bytes
+    if row_bytes <= 0 or row_bytes % tile:
+        raise ValueError(f"row_bytes must be a positive multiple of {tile} (an inp tile), "
+                         f"got {row_bytes}")
+    if nbytes <= 0 or nbytes % row_bytes:
+        raise ValueError(f"nbytes must be a positive multiple of row_bytes ({row_bytes}), "
+                         f"got {nbytes}")
+    x_size = row_bytes // tile
+    if x_size > cfg.inp_depth:
+        raise ValueError(f"a row of {x_size} tiles does not fit the inp buffer of "
+                         f"{cfg.inp_depth}")
+    rows_per_load = cfg.inp_depth // x_size
+    rng = np.random.default_rng(seed)
+    b = ProgramBuilder(cfg, max_uops=1)
+    data = rng.integers(-128, 128, (nbytes // tile, cfg.batch, cfg.block_in), dtype=np.int8)
+    base = b.tensor("data", data)
+    rows = nbytes // row_bytes
+    for first in range(0, rows, rows_per_load):
+        n = min(rows_per_load, rows - first)
+        b.load(MemType.INP, sram_base=0, dram_base=base + first * x_size, y_size=n,
+               x_size=x_size, x_stride=x_size)
+    b.finish()
     return b.build()

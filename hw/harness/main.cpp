@@ -1,11 +1,15 @@
 // Verilator harness of the accel RTL: runs one program image to FINISH.
 //
-// The DRAM model is hw/dram_model.py's, cycle for cycle: one transaction at a time; a request
-// accepted in cycle g is answered with ceil(bytes / bpc) beats in cycles g + latency, ...;
-// read beats carry bytes addr + j * bpc ...; write beats store wr_data's first bytes.
+// The DRAM model is hw/dram_model.py's, cycle for cycle (accel/machine/memory.py states the
+// rules): a request accepted in cycle g gets ceil(bytes / bpc) beats on the in-order data bus,
+// a read's from g + latency, a write's from g + 1, each no earlier than the cycle after the
+// previous transaction's last beat; read beats carry bytes addr + j * bpc ...; write beats
+// store wr_data's first bytes; a write's response (wr_ack) comes latency - 1 cycles after its
+// last beat. A request while MAX_OUTSTANDING transactions are in flight (a read until its last
+// beat, a write until its response) is a protocol error.
 //
-// Usage: accel_sim IMAGE LATENCY BYTES_PER_CYCLE INSN_ADDR INSN_COUNT MAX_CYCLES
-//                  [VCD [VCD_FIRST VCD_LAST]]
+// Usage: accel_sim IMAGE LATENCY BYTES_PER_CYCLE MAX_OUTSTANDING INSN_ADDR INSN_COUNT
+//                  MAX_CYCLES [VCD [VCD_FIRST VCD_LAST]]
 // With VCD (a model built with --trace), waveforms of program cycles VCD_FIRST to VCD_LAST - 1
 // (default: all) go to that file; the two reset cycles before cycle 0 only when VCD_FIRST is 0.
 // The image file is read, modified by the program's stores and written back. One JSON line
@@ -15,10 +19,12 @@
 //
 // accel_params.h (generated) defines REQ_ADDR_LSB/BITS, REQ_BYTES_LSB/BITS, REQ_WRITE_LSB.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -66,31 +72,31 @@ uint64_t field(const T& payload, int lsb, int bits) {
 }
 
 struct Txn {
-    bool active = false;
-    uint64_t start = 0, addr = 0, bytes = 0, beats = 0;
+    uint64_t addr = 0, bytes = 0, first = 0, end = 0, done = 0;
     bool write = false;
 };
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 7) {
+    if (argc < 8) {
         std::fprintf(stderr,
-                     "usage: %s IMAGE LATENCY BPC INSN_ADDR INSN_COUNT MAX_CYCLES "
-                     "[VCD [VCD_FIRST VCD_LAST]]\n", argv[0]);
+                     "usage: %s IMAGE LATENCY BPC MAX_OUTSTANDING INSN_ADDR INSN_COUNT "
+                     "MAX_CYCLES [VCD [VCD_FIRST VCD_LAST]]\n", argv[0]);
         return 2;
     }
     const char* image_path = argv[1];
     const uint64_t latency = std::strtoull(argv[2], nullptr, 10);
     const uint64_t bpc = std::strtoull(argv[3], nullptr, 10);
-    const uint64_t insn_addr = std::strtoull(argv[4], nullptr, 10);
-    const uint64_t insn_count = std::strtoull(argv[5], nullptr, 10);
-    const uint64_t max_cycles = std::strtoull(argv[6], nullptr, 10);
-    const char* vcd_path = argc > 7 ? argv[7] : nullptr;
-    const uint64_t vcd_first = argc > 9 ? std::strtoull(argv[8], nullptr, 10) : 0;
-    const uint64_t vcd_last = argc > 9 ? std::strtoull(argv[9], nullptr, 10) : UINT64_MAX;
-    if (latency < 1 || bpc < 1) {
-        std::fprintf(stderr, "LATENCY and BYTES_PER_CYCLE must be at least 1\n");
+    const uint64_t max_outstanding = std::strtoull(argv[4], nullptr, 10);
+    const uint64_t insn_addr = std::strtoull(argv[5], nullptr, 10);
+    const uint64_t insn_count = std::strtoull(argv[6], nullptr, 10);
+    const uint64_t max_cycles = std::strtoull(argv[7], nullptr, 10);
+    const char* vcd_path = argc > 8 ? argv[8] : nullptr;
+    const uint64_t vcd_first = argc > 10 ? std::strtoull(argv[9], nullptr, 10) : 0;
+    const uint64_t vcd_last = argc > 10 ? std::strtoull(argv[10], nullptr, 10) : UINT64_MAX;
+    if (latency < 1 || bpc < 1 || max_outstanding < 1) {
+        std::fprintf(stderr, "LATENCY, BYTES_PER_CYCLE and MAX_OUTSTANDING must be at least 1\n");
         return 2;
     }
 
@@ -154,6 +160,7 @@ int main(int argc, char** argv) {
     top->start = 0;
     top->req_ready = 1;
     top->rsp_valid = 0;
+    top->wr_ack = 0;
     tick(vcd_first == 0);
     top->rst = 0;
     top->insn_addr = insn_addr;
@@ -163,47 +170,62 @@ int main(int argc, char** argv) {
     top->start = 0;
     tick(dumps(0));
 
-    Txn t;
+    std::deque<Txn> bus;              // granted transactions whose beats are still to come
+    std::deque<uint64_t> acks;        // cycles of the write responses to come
+    std::vector<uint64_t> in_flight;  // done cycles of the transactions in flight
+    uint64_t bus_free = 0;            // the first cycle after the last granted beat
     uint64_t bytes_read = 0, bytes_written = 0, transactions = 0;
     uint64_t cycle = 0;
     int status = 0;
     uint64_t cycles = 0;
     std::vector<uint8_t> beat(bpc);
-    // The beat of the running transaction in cycle c, if any (its address and byte count).
+    // The beat of the transaction in front in cycle c, if any (its address and byte count).
     auto beat_at = [&](uint64_t c, uint64_t& lo, uint64_t& n) {
-        if (!t.active || c < t.start + latency) return false;
-        uint64_t j = c - t.start - latency;
-        if (j >= t.beats) return false;
-        lo = t.addr + j * bpc;
+        if (bus.empty()) return false;
+        const Txn& t = bus.front();
+        if (c < t.first || c >= t.end) return false;
+        lo = t.addr + (c - t.first) * bpc;
         n = std::min<uint64_t>(bpc, t.addr + t.bytes - lo);
         return true;
     };
     while (true) {
         uint64_t lo = 0, n = 0;
-        if (beat_at(cycle, lo, n) && t.write) {
+        if (beat_at(cycle, lo, n) && bus.front().write) {
             get_beat(top->wr_data, beat.data(), bpc);
             std::memcpy(image.data() + lo, beat.data(), n);
         }
-        if (t.active && cycle + 1 >= t.start + latency + t.beats) t.active = false;
+        if (!bus.empty() && cycle + 1 >= bus.front().end) bus.pop_front();
+        while (!acks.empty() && acks.front() <= cycle) acks.pop_front();
         if (top->req_valid) {
             uint64_t addr = field(top->req_payload, REQ_ADDR_LSB, REQ_ADDR_BITS);
             uint64_t bytes = field(top->req_payload, REQ_BYTES_LSB, REQ_BYTES_BITS);
             bool write = field(top->req_payload, REQ_WRITE_LSB, 1) != 0;
-            if (t.active || bytes == 0 || addr + bytes > image.size()) {
+            std::vector<uint64_t> still;
+            for (uint64_t done : in_flight)
+                if (done > cycle) still.push_back(done);
+            in_flight.swap(still);
+            if (in_flight.size() >= max_outstanding || bytes == 0
+                    || addr + bytes > image.size()) {
                 std::fprintf(stderr,
-                             "cycle %llu: bad DRAM %s of %llu bytes at %llu (image %zu bytes%s)\n",
+                             "cycle %llu: bad DRAM %s of %llu bytes at %llu (image %zu bytes, "
+                             "%zu in flight)\n",
                              (unsigned long long)cycle, write ? "write" : "read",
                              (unsigned long long)bytes, (unsigned long long)addr, image.size(),
-                             t.active ? ", transaction running" : "");
+                             in_flight.size());
                 status = 4;
                 break;
             }
-            t.active = true;
-            t.start = cycle;
+            Txn t;
             t.addr = addr;
             t.bytes = bytes;
-            t.beats = (bytes + bpc - 1) / bpc;
             t.write = write;
+            t.first = std::max(cycle + (write ? 1 : latency), bus_free);
+            t.end = t.first + (bytes + bpc - 1) / bpc;
+            t.done = write ? t.end + latency - 1 : t.end;
+            bus_free = t.end;
+            bus.push_back(t);
+            in_flight.push_back(t.done);
+            if (write) acks.push_back(t.done - 1);
             ++transactions;
             (write ? bytes_written : bytes_read) += bytes;
         }
@@ -217,14 +239,15 @@ int main(int argc, char** argv) {
             status = 3;
             break;
         }
-        // The next cycle's response (latency >= 1: a request of this cycle has no beat in it).
+        // The next cycle's beat and response (a request of this cycle has neither in it).
         const bool next_beat = beat_at(cycle + 1, lo, n);
         top->rsp_valid = next_beat;
-        if (next_beat && !t.write) {
+        if (next_beat && !bus.front().write) {
             std::memset(beat.data(), 0, bpc);
             std::memcpy(beat.data(), image.data() + lo, n);
             set_beat(top->rsp_data, beat.data(), bpc);
         }
+        top->wr_ack = !acks.empty() && acks.front() == cycle + 1;
         tick(dumps(cycle + 1));
         ++cycle;
     }
