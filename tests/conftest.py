@@ -10,6 +10,15 @@ from accel.machine.config import HwConfig
 
 RNG_SEED = 20240607
 
+ORIGINAL_CHANNEL = {"dram.max_outstanding": 1, "dram.arbiter": "priority", "dram.merge_rows": False}
+"""The original DRAM channel (one transaction at a time, fixed priority, rows one by one): the
+hand-computed timelines of its rules use it, as a config would that predates the fields."""
+
+
+def original(cfg: HwConfig) -> HwConfig:
+    """``cfg`` with the original DRAM channel."""
+    return cfg.replace(**ORIGINAL_CHANNEL)
+
 
 @pytest.fixture(scope="session")
 def cfg() -> HwConfig:

@@ -29,7 +29,7 @@ def test_exec_on_sim_checks_against_fsim(program_file: Path,
     assert main(["exec", str(program_file), "--check"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{program_file}: 10 instructions on sim, ")
-    assert out[0].endswith(": 129 cycles = 0.001 ms at 100 MHz")
+    assert out[0].endswith(": 94 cycles = 0.001 ms at 100 MHz")
     assert out[-1] == "check: DRAM identical to fsim's"
 
 
@@ -40,8 +40,8 @@ def test_exec_on_amaranth_rtl_with_check_and_vcd(program_file: Path, tmp_path: P
                  "--check", "--vcd", str(vcd), "--vcd-cycles", "40:60"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "instructions on rtl (amaranth)" in out[0]
-    assert out[-2] == "check: DRAM identical to fsim's; cycles equal to sim's (129)"
-    assert re.fullmatch(re.escape(f"vcd: {vcd}: the whole design, cycles 40-59 of 129 (")
+    assert out[-2] == "check: DRAM identical to fsim's; cycles equal to sim's (94)"
+    assert re.fullmatch(re.escape(f"vcd: {vcd}: the whole design, cycles 40-59 of 94 (")
                         + r"\d+\.\d MB\)", out[-1])
     assert_window(vcd, AMARANTH_TOP, f"{AMARANTH_TOP}.clk", 40, 60)
 
@@ -57,10 +57,10 @@ def test_exec_runs_assembly_text_and_writes_a_trace(program_file: Path, tmp_path
     from_text = json.loads(capsys.readouterr().out)
     assert main(["exec", str(program_file), "--json"]) == 0
     from_binary = json.loads(capsys.readouterr().out)
-    assert from_text["cycles"] == from_binary["cycles"] == 129
+    assert from_text["cycles"] == from_binary["cycles"] == 94
     assert from_text["stats"] == from_binary["stats"]
     data = json.loads(trace.read_text())
-    assert data["otherData"]["cycles"] == 129
+    assert data["otherData"]["cycles"] == 94
     names = {e["args"]["name"] for e in data["traceEvents"]
              if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {"load", "compute", "store"} <= names
@@ -205,4 +205,4 @@ def test_exec_check_reports_a_difference(program_file: Path, monkeypatch: pytest
     assert main(["exec", str(program_file), "--backend", "rtl", "--engine", "amaranth",
                  "--check"]) == 1
     assert capsys.readouterr().out.splitlines()[-1] == \
-        "check: FAILED: DRAM identical to fsim's; cycles differ from sim's (130)"
+        "check: FAILED: DRAM identical to fsim's; cycles differ from sim's (95)"

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import simpy
+from conftest import original
 
 from accel.machine.builder import ProgramBuilder
 from accel.machine.config import ConfigError, HwConfig, load_config
@@ -29,8 +30,9 @@ from sim.timing import DramChannel, account_dram_wait
 
 
 def _cfg(**dram: object) -> HwConfig:
-    """default (latency 32, 8 bytes a beat, 256-byte bursts) with some DRAM fields changed."""
-    return load_config().replace(**{f"dram.{k}": v for k, v in dram.items()})
+    """default (latency 32, 8 bytes a beat, 256-byte bursts) with the original channel (one
+    transaction at a time, fixed priority, rows one by one) and some DRAM fields changed."""
+    return original(load_config()).replace(**{f"dram.{k}": v for k, v in dram.items()})
 
 
 # ---------------------------------------------------------------------- the contract's model
@@ -112,7 +114,7 @@ def test_mem_cycles_with_the_channel_to_itself(dram: dict[str, object], cycles: 
 ])
 def test_bad_max_outstanding_is_one_line(value: object, why: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(
-            f"default.yaml (replaced): dram.max_outstanding: {why}") + "$") as info:
+            f"(replaced): dram.max_outstanding: {why}") + "$") as info:
         _cfg(max_outstanding=value)
     assert "\n" not in str(info.value)
 

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import original
 
-from accel import load_config, run_program
+from accel import load_config as load_shipped
+from accel import run_program
 from accel.machine import costs
 from accel.machine.builder import ProgramBuilder
 from accel.machine.config import HwConfig
@@ -23,6 +25,12 @@ from accel.machine.isa import AluOp, MemType
 from accel.machine.program import Program, ProgramError, SimulationDeadlock
 from sim.stats import SimStats
 from sim.timing import Queue, TimingSimulator
+
+
+def load_config(name: str | None = None) -> HwConfig:
+    """A shipped config with the original DRAM channel (``conftest.ORIGINAL_CHANNEL``): the
+    timelines here are hand-computed from its rules; tests/test_memory.py has the others."""
+    return original(load_shipped(name))
 
 
 def timeline(stats: SimStats) -> list[tuple[str, str, int, int]]:

@@ -38,7 +38,7 @@ VERILATOR_TOP = "TOP.accel_sim.top"
 
 
 def small(cfg: HwConfig) -> tuple[Program, Dram]:
-    """129 cycles on tiny (Amaranth's simulator runs it in about a second)."""
+    """94 cycles on tiny (Amaranth's simulator runs it in about a second)."""
     return pipelined_gemm(cfg, 1, pixels=2, in_blocks=1)
 
 
@@ -95,12 +95,12 @@ def whole_amaranth_dump(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
 
 def test_amaranth_whole_dump_counts_every_cycle(whole_amaranth_dump: tuple[Path, int]) -> None:
     path, cycles = whole_amaranth_dump
-    assert cycles == 129
+    assert cycles == 94
     before, at_edges = counter_by_edge(path, AMARANTH_TOP, f"{AMARANTH_TOP}.clk")
-    assert before == 0 and at_edges == list(range(cycles + 1))  # done is seen at edge 129
+    assert before == 0 and at_edges == list(range(cycles + 1))  # done is seen at edge 94
 
 
-@pytest.mark.parametrize(("first", "last"), [(0, 10), (5, 20), (100, 129), (120, 129)])
+@pytest.mark.parametrize(("first", "last"), [(0, 10), (5, 20), (70, 94), (85, 94)])
 def test_amaranth_engine_dumps_the_window(tiny: HwConfig, tmp_path: Path, first: int,
                                           last: int) -> None:
     program, dram = small(tiny)
@@ -108,7 +108,7 @@ def test_amaranth_engine_dumps_the_window(tiny: HwConfig, tmp_path: Path, first:
     accel.run_program(program, reference, backend="fsim")
     path = tmp_path / "w.vcd"
     cycles, _ = run_rtl(program, dram, tiny, vcd=VcdDump(path, first, last), engine="amaranth")
-    assert cycles == 129
+    assert cycles == 94
     np.testing.assert_array_equal(dram.data, reference.data)
     if first == 0:
         before, at_edges = counter_by_edge(path, AMARANTH_TOP, f"{AMARANTH_TOP}.clk")
@@ -164,12 +164,12 @@ def test_verilator_engine_dumps_the_window(tiny: HwConfig, tmp_path: Path) -> No
     program, dram = small(tiny)
     path = tmp_path / "w.vcd"
     cycles, _ = run_rtl(program, dram, tiny, vcd=VcdDump(path, 5, 20), engine="verilator")
-    assert cycles == 129
+    assert cycles == 94
     assert_window(path, VERILATOR_TOP, "TOP.clk", 5, 20)
     program, dram = small(tiny)
     cycles, _ = run_rtl(program, dram, tiny, vcd=VcdDump(path, 0, None), engine="verilator")
     before, at_edges = counter_by_edge(path, VERILATOR_TOP, "TOP.clk")
-    # two reset edges (the counter still 0), then cycles 0..129 (done is seen in cycle 129)
+    # two reset edges (the counter still 0), then cycles 0..94 (done is seen in cycle 94)
     assert before == 0 and at_edges == [0, 0, *range(cycles + 1)]
 
 
@@ -183,7 +183,7 @@ def test_backends_name_the_options_they_take(tiny: HwConfig, tmp_path: Path) -> 
         accel.run_program(program, dram, backend="rtl", family="ecp5")
     result = accel.run_program(program, dram, backend="rtl", engine="amaranth",
                                vcd=VcdDump(tmp_path / "w.vcd", 10, 12))
-    assert result.cycles == 129 and result.stats["engine"] == "amaranth"
+    assert result.cycles == 94 and result.stats["engine"] == "amaranth"
     assert_window(tmp_path / "w.vcd", AMARANTH_TOP, f"{AMARANTH_TOP}.clk", 10, 12)
 
 

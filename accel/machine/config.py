@@ -34,6 +34,7 @@ from accel.machine.layout import IsaLayout
 
 __all__ = [
     "DRAM_ARBITERS",
+    "FEATURE_TAGS",
     "INSN_BITS",
     "MAX_OUTSTANDING",
     "Buffers",
@@ -159,6 +160,14 @@ _SECTION_DEFAULTS: dict[str, Any] = {
     "alu": Pipeline(ii=2, depth=4),
 }
 _STRUCTURAL = ("core", "precision", "buffers")
+
+FEATURE_TAGS: dict[tuple[str, str], Any] = {
+    ("dram", "max_outstanding"): lambda n: f"o{n}" if n != 1 else "",
+    ("dram", "arbiter"): lambda a: "rr" if a == "round_robin" else "",
+    ("dram", "merge_rows"): lambda on: "mr" if on else "",
+}
+"""Machine features spelled out in :attr:`HwConfig.name` when they are not the original
+machine's: ``(section, field) -> tag of the value`` (empty for the original)."""
 
 
 def _log2(n: int) -> int:
@@ -410,20 +419,29 @@ class HwConfig:
     # ------------------------------------------------------------------ naming
     @functools.cached_property
     def name(self) -> str:
-        """Canonical name, e.g. ``1x8x8_i8w8a32_u8k_i32k_w64k_a64k``.
+        """Canonical name, e.g. ``1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8rr``.
 
-        The core shape, precisions and buffer sizes are spelled out; when any other parameter
-        (queues, DRAM, clock, pipelines, ISA widths) differs from the defaults, a six-digit
-        hash of them follows a dash, so two different configs never share a name.
+        The core shape, precisions and buffer sizes are spelled out, then the machine
+        features whose values differ from the original machine (:data:`FEATURE_TAGS`: ``o8``
+        for eight DRAM requests in flight, ``rr`` round-robin arbitration, ``mr`` merged
+        rows); when any other parameter (queues, DRAM latency and widths, clock, pipelines,
+        ISA widths) differs from the defaults, a six-digit hash of them follows a dash, so two
+        different configs never share a name.
         """
         c, p, b = self.core, self.precision, self.buffers
         base = (
             f"{c.batch}x{c.block_in}x{c.block_out}_i{p.inp_bits}w{p.wgt_bits}a{p.acc_bits}_"
             f"u{_size_tag(b.uop)}_i{_size_tag(b.inp)}_w{_size_tag(b.wgt)}_a{_size_tag(b.acc)}"
         )
+        tags = "".join(tag(getattr(getattr(self, section), leaf))
+                       for (section, leaf), tag in FEATURE_TAGS.items())
+        if tags:
+            base += "_" + tags
         rest = {k: v for k, v in self.to_dict().items() if k not in _STRUCTURAL}
         rest.pop("description", None)
         defaults = HwConfig().to_dict()
+        for section, leaf in FEATURE_TAGS:          # spelled out above
+            rest[section] = {**rest[section], leaf: defaults[section][leaf]}
         if all(rest[k] == defaults[k] for k in rest):
             return base
         digest = hashlib.sha1(repr(sorted(rest.items())).encode()).hexdigest()[:6]
