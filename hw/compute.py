@@ -473,6 +473,8 @@ class Compute(wiring.Component):
         DRAM reads of LOAD UOP / LOAD ACC.
     rd_inp, rd_wgt : Out(BufferRead)
         GEMM operand reads.
+    wr_acc_copy : Out(BufferWrite)
+        With ``store.postproc``: every acc write, for the store's copy of the acc buffer.
     wr_out : Out(BufferWrite)
         Low 8 bits of every result.
     finish : Out
@@ -501,6 +503,8 @@ class Compute(wiring.Component):
             "rd_inp": Out(BufferRead(params.buffers["inp"])),
             "rd_wgt": Out(BufferRead(params.buffers["wgt"])),
             "wr_out": Out(BufferWrite(params.buffers["out"])),
+            **({"wr_acc_copy": Out(BufferWrite(params.buffers["acc"]))}
+               if params.cfg.store.postproc else {}),
             "finish": Out(1),
             "issue": Out(1),
             "retire": Out(1),
@@ -1183,6 +1187,10 @@ class Compute(wiring.Component):
             acc_buf.w.en.eq(w_load | w_valid),
             acc_buf.w.data.eq(Cat(wdata, w_rest)),
         ]
+        if self._p.cfg.store.postproc:
+            # The store's copy of the acc buffer takes every acc write (``hw.postproc``).
+            m.d.comb += [self.wr_acc_copy.addr.eq(w_dst), self.wr_acc_copy.en.eq(w_load | w_valid),
+                         self.wr_acc_copy.data.eq(Cat(wdata, w_rest))]
         m.d.comb += [
             self.wr_out.addr.eq(w_dst),
             self.wr_out.en.eq(w_valid),

@@ -21,7 +21,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from accel.machine.costs import POSTPROC_SETUP_CYCLES
 from accel.machine.isa import MemType, Opcode
+from accel.machine.memory import MERGE_SETUP_CYCLES
 from hw.dram import dram_port
 from hw.lutmul import mul_low_lut, mul_low_lut_parts
 from hw.params import BufferGeometry, RtlParams
@@ -78,24 +80,27 @@ class _Rows:
 class _Engine(wiring.Component):
     """Shared decode of the row/burst walk of LOAD and STORE."""
 
-    def __init__(self, params: RtlParams, members: dict[str, object]) -> None:
+    def __init__(self, params: RtlParams, members: dict[str, object],
+                 opcode: Opcode = Opcode.LOAD) -> None:
         self._p = params
         members.update({
             "start": In(1),
-            "insn": In(params.formats[Opcode.LOAD]),
+            "insn": In(params.formats[opcode]),
             "last": Out(1),
             "dram": Out(dram_port(params)),
         })
         super().__init__(members)
 
     def _requests(self, m: Module, shifts: list[int], pick: object, write: bool,
-                  elem_bits: int) -> dict[str, Signal]:
+                  elem_bits: int, post_now: object = None) -> dict[str, Signal]:
         """The request side: presents the instruction's bursts one after another, each next
         one from the cycle after the previous grant, until the last is granted.
 
         ``shifts`` are the element size shifts of the engine's memory types and ``pick`` the
         index into them of the decoded instruction's type (``Const(0)`` for a single type);
         ``elem_bits`` bounds ``y_size * x_size`` of a valid instruction (its buffer's depth).
+        ``post_now`` marks a decoded STORE ACC, whose first request waits
+        ``costs.POSTPROC_SETUP_CYCLES`` for the post-processing stream.
         Returns ``granted`` (a request granted now), ``zero`` (the decoded instruction moves
         nothing), ``asking`` and ``done`` (the last request has been granted)."""
         p = self._p
@@ -113,16 +118,17 @@ class _Engine(wiring.Component):
             s["granted"].eq(self.dram.req.valid & self.dram.req.ready),
             s["zero"].eq(_moves_nothing(self.insn)),
         ]
-        merge = self._request_decode(m, s, r, shifts, pick)
+        merge = self._request_decode(m, s, r, shifts, pick, post_now)
         self._request_merge(m, s, r, merge, shifts, pick, elem_bits)
         self._request_step(m, s, r)
         return s
 
     def _request_decode(self, m: Module, s: dict[str, Signal], r: _Request,
-                        shifts: list[int], pick: object) -> Signal:
+                        shifts: list[int], pick: object, post_now: object) -> Signal:
         """The request side's registers loaded at decode (``start``): the first row's address,
         length and stride, its first request and the rows to go; returns ``merge`` (the rows
-        merge: the request waits for the run's length)."""
+        merge: the request waits for the run's length). The first request waits
+        ``costs.mem_setup_cycles`` after the decode (a countdown, ``setup``)."""
         p = self._p
         cfg = p.cfg
         max_burst = cfg.dram.max_burst
@@ -165,10 +171,22 @@ class _Engine(wiring.Component):
                 r.first_more.eq(long_row),
                 r.runs_left.eq(insn.y_size),
                 r.last_run.eq(insn.y_size == 1),
-                s["asking"].eq(~s["zero"] & ~merge_now),
                 s["done"].eq(s["zero"]),
             ]
         m.d.sync += merge.eq(self.start & ~s["zero"] & merge_now)
+        # The setup: none, a merged run's length, a STORE ACC's stream, or the longer of both.
+        post = Const(0) if post_now is None else post_now
+        cycles = Signal(range(max(MERGE_SETUP_CYCLES, POSTPROC_SETUP_CYCLES) + 1))
+        m.d.comb += cycles.eq(Mux(post, POSTPROC_SETUP_CYCLES,
+                                  Mux(merge_now, MERGE_SETUP_CYCLES, 0)))
+        setup = Signal.like(cycles, name="setup_left")
+        with m.If(self.start):
+            m.d.sync += [setup.eq(Mux(s["zero"], 0, cycles)),
+                         s["asking"].eq(~s["zero"] & (cycles == 0))]
+        with m.Elif(setup != 0):
+            m.d.sync += setup.eq(setup - 1)
+            with m.If(setup == 1):
+                m.d.sync += s["asking"].eq(1)
         return merge
 
     def _request_merge(self, m: Module, s: dict[str, Signal], r: _Request, merge: Signal,
@@ -203,7 +221,6 @@ class _Engine(wiring.Component):
                 r.more.eq(total > max_burst),
                 r.runs_left.eq(1),
                 r.last_run.eq(1),
-                s["asking"].eq(1),
             ]
 
     def _request_step(self, m: Module, s: dict[str, Signal], r: _Request) -> None:
@@ -689,7 +706,8 @@ class LoadEngine(_Engine):
 
 
 class StoreEngine(_Engine):
-    """SRAM (out buffer) -> DRAM.
+    """SRAM -> DRAM: the out buffer, or with ``store.postproc`` the acc buffer's copy through the
+    post-processing stream (:class:`hw.postproc.PostStream`) for a STORE ACC.
 
     Parameters
     ----------
@@ -699,20 +717,29 @@ class StoreEngine(_Engine):
     Ports
     -----
     start, insn, last, dram
-        As for :class:`LoadEngine` (write requests).
+        As for :class:`LoadEngine` (write requests; ``insn`` in the STORE format).
     rd : Out(BufferRead)
         Out-buffer reads, one element ahead of the beat that sends it.
+    rd_acc : Out(BufferRead)
+        With ``store.postproc``: reads of the acc buffer's copy, a beat's elements at a time.
     """
 
     def __init__(self, params: RtlParams) -> None:
-        super().__init__(params, {"rd": Out(BufferRead(params.buffers["out"]))})
+        members: dict[str, object] = {"rd": Out(BufferRead(params.buffers["out"]))}
+        if params.cfg.store.postproc:
+            members["rd_acc"] = Out(BufferRead(params.buffers["acc"],
+                                               lanes=params.buffers["out"].lanes))
+        super().__init__(params, members, opcode=Opcode.STORE)
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
         p = self._p
         g = p.buffers["out"]
         insn = self.insn
-        s = self._requests(m, [g.elem_shift], Const(0), write=True, elem_bits=g.addr_bits + 1)
+        post = p.cfg.store.postproc
+        post_now = (insn.mem_type == int(MemType.ACC)) if post else None
+        s = self._requests(m, [g.elem_shift], Const(0), write=True, elem_bits=g.addr_bits + 1,
+                           post_now=post_now)
         elem_ptr = Signal(g.addr_bits)
         elems = Signal(p.cfg.isa.size_bits, name="row_elems")
         beat_in_elem = Signal(range(g.beats_per_elem + 1))
@@ -720,22 +747,26 @@ class StoreEngine(_Engine):
         sending = Signal()
         step = Signal(range(g.lanes + 1))
         completes = Signal()
+        # The elements the beats send: the out buffer's read-ahead, or a STORE ACC's stream.
+        source = Signal(g.lanes * g.elem_bits)
+        m.d.comb += source.eq(self.rd.data)
+        if post:
+            source = self._post_source(m, source, sending & completes, step)
         m.d.comb += nxt.eq(elem_ptr)
         if g.lanes > 1:
             n = _lanes_now(m, g, elems, "out")
-            m.d.comb += [step.eq(n), completes.eq(1), self.dram.wr_data.eq(self.rd.data)]
+            m.d.comb += [step.eq(n), completes.eq(1), self.dram.wr_data.eq(source)]
         elif g.beats_per_elem > 1:
             k = g.beats_per_elem
             m.d.comb += [step.eq(1), completes.eq(beat_in_elem == k - 1),
-                         self.dram.wr_data.eq(self.rd.data.word_select(beat_in_elem,
-                                                                       p.beat_bits))]
+                         self.dram.wr_data.eq(source.word_select(beat_in_elem, p.beat_bits))]
             with m.If(sending):
                 with m.If(completes):
                     m.d.sync += beat_in_elem.eq(0)
                 with m.Else():
                     m.d.sync += beat_in_elem.eq(beat_in_elem + 1)
         else:
-            m.d.comb += [step.eq(1), completes.eq(1), self.dram.wr_data.eq(self.rd.data)]
+            m.d.comb += [step.eq(1), completes.eq(1), self.dram.wr_data.eq(source)]
         # The out buffer's elements follow each other from ``sram_base``, rows included: the
         # rows only tell how many elements a beat carries (the last beat of a row may be
         # partial).
@@ -764,3 +795,29 @@ class StoreEngine(_Engine):
                     m.d.comb += self.last.eq(1)
                     m.next = "IDLE"
         return m
+
+    def _post_source(self, m: Module, out_data: Value, took: Value, step: Value) -> Signal:
+        """With ``store.postproc``: the stream of a STORE ACC (:class:`PostStream`), started at
+        its decode, and the beats' source: the stream's front while the running STORE is a
+        STORE ACC (``post_q``), the out buffer's read-ahead otherwise."""
+        from hw.postproc import PostStream
+
+        insn = self.insn
+        m.submodules.post = stream = PostStream(self._p)
+        wiring.connect(m, stream.rd, wiring.flipped(self.rd_acc))
+        post_q = Signal()
+        is_post = Signal()
+        m.d.comb += [
+            is_post.eq(insn.mem_type == int(MemType.ACC)),
+            stream.start.eq(self.start & is_post),
+            stream.base.eq(insn.sram_base),
+            stream.shift.eq(insn.shift),
+            stream.clip_lo.eq(insn.clip_lo),
+            stream.clip_hi.eq(insn.clip_hi),
+            stream.take.eq(Mux(took & post_q, step, 0)),
+        ]
+        with m.If(self.start):
+            m.d.sync += post_q.eq(is_post)
+        source = Signal.like(out_data, name="store_source")
+        m.d.comb += source.eq(Mux(post_q, stream.data, out_data))
+        return source

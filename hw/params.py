@@ -144,6 +144,7 @@ class RtlParams:
         self.insn_layout = data.UnionLayout({
             "raw": unsigned(self.insn_bits),
             "mem": self.formats[Opcode.LOAD],
+            "store": self.formats[Opcode.STORE],
             "gemm": self.formats[Opcode.GEMM],
             "alu": self.formats[Opcode.ALU],
         })

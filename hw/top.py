@@ -145,6 +145,14 @@ class Accelerator(wiring.Component):
         wiring.connect(m, compute.rd_wgt, wgt.r)
         wiring.connect(m, compute.wr_out, out.w)
         wiring.connect(m, store.rd_out, out.r)
+        if p.cfg.store.postproc:
+            # The store's copy of the acc buffer: the acc RAM's two ports are the compute
+            # module's (``hw.postproc``). Read like the out buffer (transparent), so the store's
+            # first read sees the compute module's last write as it sees it there.
+            m.submodules.acc_copy = acc_copy = SramBuffer(
+                p.buffers["acc"], read_lanes=p.buffers["out"].lanes)
+            wiring.connect(m, compute.wr_acc_copy, acc_copy.w)
+            wiring.connect(m, store.rd_acc, acc_copy.r)
 
         running = Signal()
         m.d.comb += [

@@ -130,6 +130,9 @@ class StoreUnit(wiring.Component):
             "s2c_room": In(1),
             "dram": Out(dram_port(params)),
             "rd_out": Out(BufferRead(params.buffers["out"])),
+            **({"rd_acc": Out(BufferRead(params.buffers["acc"],
+                                        lanes=params.buffers["out"].lanes))}
+               if params.cfg.store.postproc else {}),
             "issue": Out(1),
             "retire": Out(1),
         })
@@ -146,10 +149,12 @@ class StoreUnit(wiring.Component):
         wiring.connect(m, ctrl.push_prev, wiring.flipped(self.s2c))
         wiring.connect(m, eng.dram, wiring.flipped(self.dram))
         wiring.connect(m, eng.rd, wiring.flipped(self.rd_out))
+        if p.cfg.store.postproc:
+            wiring.connect(m, eng.rd_acc, wiring.flipped(self.rd_acc))
         m.d.comb += [
             ctrl.push_prev_room.eq(self.s2c_room),
             eng.start.eq(ctrl.start),
-            eng.insn.eq(ctrl.insn.mem),
+            eng.insn.eq(ctrl.insn.store),
             ctrl.cmd_pre.eq(self.cmd_pre),
             ctrl.single.eq(ctrl.insn_pre),
             ctrl.last.eq(eng.last),

@@ -14,7 +14,9 @@ Semantics (DESIGN.md §3):
 - LOAD: ``(y_pad_0 + y_size + y_pad_1) x (x_pad_0 + x_size + x_pad_1)`` elements written
   contiguously from ``sram_base``, zeros in the pad; DRAM row ``y`` starts at element
   ``dram_base + y * x_stride``.
-- STORE (OUT only): ``y_size x x_size`` out tiles from ``sram_base`` to DRAM rows.
+- STORE OUT: ``y_size x x_size`` out tiles from ``sram_base`` to DRAM rows. STORE ACC (with
+  ``store.postproc``): the acc tiles there, each element ``clip(acc >> shift, clip_lo,
+  clip_hi)`` as int8 (:func:`post_process`).
 - GEMM: for i < iter_out, j < iter_in, u in [uop_bgn, uop_end): ``idx = uop + i * factor_out +
   j * factor_in``; ``acc[dst] += inp[src] . wgt[wgt]^T`` in int32 with wrap-around, or
   ``acc[dst] = 0`` with ``reset``. Every write also writes the low 8 bits to ``out[dst]``.
@@ -49,7 +51,8 @@ from accel.machine.program import (
 )
 from accel.machine.tokens import retire_order
 
-__all__ = ["FsimStats", "FunctionalSimulator", "SramState", "alu_apply", "run_functional"]
+__all__ = ["FsimStats", "FunctionalSimulator", "SramState", "alu_apply", "post_process",
+           "run_functional"]
 
 
 @dataclass
@@ -122,6 +125,12 @@ def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
         left = np.where(left_amount >= 32, 0, a64 << np.minimum(left_amount, 31))
         r = np.where(b64 >= 0, right, left)
     return _wrap32(np.broadcast_to(r, np.broadcast_shapes(a.shape, np.shape(r))))
+
+
+def post_process(acc: np.ndarray, insn: MemInsn) -> np.ndarray:
+    """A STORE ACC's elements: ``acc`` (int32) shifted right arithmetically by ``insn.shift``,
+    clipped to ``[insn.clip_lo, insn.clip_hi]``, as int8."""
+    return np.clip(acc >> insn.shift, insn.clip_lo, insn.clip_hi).astype(np.int8)
 
 
 def _loop_indices(insn: GemmInsn | AluInsn, uops: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -245,7 +254,10 @@ class FunctionalSimulator:
         elem = self.cfg.out_tile_bytes
         rows = self._dram_rows(insn, index, dram, elem)
         n = insn.y_size * insn.x_size
-        src = self.sram.out[insn.sram_base : insn.sram_base + n]
+        if insn.mem_type is MemType.ACC:
+            src = post_process(self.sram.acc[insn.sram_base : insn.sram_base + n], insn)
+        else:
+            src = self.sram.out[insn.sram_base : insn.sram_base + n]
         rows[...] = src.reshape(insn.y_size, insn.x_size * elem).view(np.uint8)
         self.stats.bytes_stored += n * elem
 

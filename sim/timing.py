@@ -35,13 +35,11 @@ from accel.machine.isa import (
     module_of,
 )
 from accel.machine.memory import (
-    MERGE_SETUP_CYCLES,
     REQUESTERS,
     DataBus,
     Transaction,
     arbitrate,
     mem_bursts,
-    merges,
 )
 from accel.machine.program import Program, ProgramError, SimulationDeadlock, count_key
 from sim.functional import FunctionalSimulator
@@ -268,9 +266,10 @@ class _Unit:
         asks: list[int] = []
         txns: list[Transaction] = []
         bursts = mem_bursts(insn, self.cfg)
-        if bursts and merges(insn, self.cfg):
-            self.stats.busy += MERGE_SETUP_CYCLES
-            yield self.env.timeout(MERGE_SETUP_CYCLES)
+        setup = costs.mem_setup_cycles(insn, self.cfg)
+        if setup:
+            self.stats.busy += setup
+            yield self.env.timeout(setup)
         for i, nbytes in enumerate(bursts):
             if i:       # the next request from the cycle after the grant
                 yield self.env.timeout(1)
@@ -602,7 +601,7 @@ def _account_buffers(stats: SimStats, insn: Insn, cfg: HwConfig) -> None:
     if isinstance(insn, MemInsn):
         buf = insn.mem_type.buffer
         if insn.store:
-            _add(rd, "out", insn.y_size * insn.x_size * cfg.out_tile_bytes)
+            _add(rd, buf, insn.y_size * insn.x_size * cfg.tile_bytes(buf))
         else:
             _add(wr, buf, insn.sram_elems * cfg.tile_bytes(buf))
         return

@@ -408,7 +408,11 @@ def test_validate_names_the_instruction() -> None:
         (MemInsn(mem_type=MemType.INP, sram_base=4090, y_size=2, x_size=4, x_stride=4),
          "instruction 0 (LOAD_INP): SRAM range [4090, 4098) exceeds the inp buffer depth 4096"),
         (MemInsn(store=True, mem_type=MemType.ACC),
-         "instruction 0 (STORE_ACC): STORE supports memory type OUT only, got ACC"),
+         "instruction 0 (STORE_ACC): STORE ACC needs the post-processing store (store.postproc)"),
+        (MemInsn(store=True, mem_type=MemType.WGT),
+         "instruction 0 (STORE_WGT): STORE supports memory types OUT and ACC only, got WGT"),
+        (MemInsn(store=True, mem_type=MemType.OUT, shift=3),
+         "instruction 0 (STORE_OUT): shift and clip bounds belong to a STORE ACC only"),
         (MemInsn(mem_type=MemType.OUT),
          "instruction 0 (LOAD_OUT): LOAD cannot target the OUT buffer"),
         (MemInsn(mem_type=MemType.WGT, pop_prev=True),
@@ -425,6 +429,20 @@ def test_validate_names_the_instruction() -> None:
             Program(cfg, [insn, FinishInsn()]).validate()
     with pytest.raises(ProgramError, match=r"^program has no FINISH instruction$"):
         Program(cfg, [GemmInsn()]).validate()
+    post = cfg.replace(**{"store.postproc": True})
+    for insn, message in [
+        (MemInsn(store=True, mem_type=MemType.ACC, shift=32, clip_hi=127),
+         "instruction 0 (STORE_ACC): shift 32 is outside 0..31"),
+        (MemInsn(store=True, mem_type=MemType.ACC, clip_lo=5, clip_hi=4),
+         "instruction 0 (STORE_ACC): clip bounds [5, 4] are not an interval within -128..127"),
+        (MemInsn(store=True, mem_type=MemType.ACC, clip_lo=-129, clip_hi=4),
+         "instruction 0 (STORE_ACC): clip bounds [-129, 4] are not an interval within "
+         "-128..127"),
+    ]:
+        with pytest.raises(ProgramError, match="^" + re.escape(message) + "$"):
+            Program(post, [insn, FinishInsn()]).validate()
+    Program(post, [MemInsn(store=True, mem_type=MemType.ACC, shift=8, clip_lo=0, clip_hi=127),
+                   FinishInsn()]).validate()
 
 
 def test_assembly_errors_name_the_line() -> None:

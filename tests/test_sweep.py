@@ -68,7 +68,7 @@ SPEC_ERRORS = [
      "axes.buffers.wgtt: unknown config key buffers.wgtt; buffers has uop, inp, wgt, acc"),
     ("axes:\n  cache.size: [1024]\n" + W,
      "axes.cache.size: unknown config key 'cache.size'; expected a dotted key in alu, buffers, "
-     "core, dram, gemm, isa, precision, queues (e.g. buffers.wgt) or clock_mhz"),
+     "core, dram, gemm, isa, precision, queues, store (e.g. buffers.wgt) or clock_mhz"),
     ("axes:\n  buffers.wgt: []\n" + W,
      "axes.buffers.wgt: expected a non-empty list of values, got []"),
     ("axes:\n  buffers.wgt: 1024\n" + W,

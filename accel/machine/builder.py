@@ -77,8 +77,10 @@ class ProgramBuilder:
     def load(self, mem_type: MemType, **fields: int | bool) -> Insn:
         return self.emit(MemInsn(mem_type=mem_type, **fields))  # type: ignore[arg-type]
 
-    def store(self, **fields: int | bool) -> Insn:
-        return self.emit(MemInsn(store=True, mem_type=MemType.OUT, **fields))  # type: ignore[arg-type]
+    def store(self, mem_type: MemType = MemType.OUT, **fields: int | bool) -> Insn:
+        """A STORE of the out buffer, or with ``mem_type=MemType.ACC`` (``store.postproc``) a
+        post-processing STORE ACC (``shift``, ``clip_lo``, ``clip_hi``)."""
+        return self.emit(MemInsn(store=True, mem_type=mem_type, **fields))  # type: ignore[arg-type]
 
     def gemm(self, **fields: int | bool) -> Insn:
         return self.emit(GemmInsn(**fields))  # type: ignore[arg-type]

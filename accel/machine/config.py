@@ -46,6 +46,7 @@ __all__ = [
     "Pipeline",
     "Precision",
     "Queues",
+    "StoreConfig",
     "config_dir",
     "field_kind",
     "load_config",
@@ -127,6 +128,22 @@ class DramConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """The store module.
+
+    With ``postproc`` a STORE may read the acc buffer (``STORE ACC``) and, on the way to DRAM,
+    shift each element right, clip it and narrow it to ``out_bits`` (the requantisation that
+    otherwise takes ALU instructions); off, STORE reads the out buffer only (the original store
+    module). The RTL keeps a copy of the acc buffer for the store to read (the acc RAM's two
+    ports are the compute module's), so the option costs the acc buffer's size again in block
+    RAM.
+    """
+
+    postproc: bool = False
+    out_bits: int = 8
+
+
+@dataclass(frozen=True)
 class Pipeline:
     """A pipelined unit: one micro-op every ``ii`` cycles, results ``depth`` cycles later."""
 
@@ -154,6 +171,7 @@ _SECTIONS: dict[str, type] = {
     "gemm": Pipeline,
     "alu": Pipeline,
     "isa": IsaWidths,
+    "store": StoreConfig,
 }
 _SECTION_DEFAULTS: dict[str, Any] = {
     "gemm": Pipeline(ii=1, depth=5),
@@ -165,6 +183,7 @@ FEATURE_TAGS: dict[tuple[str, str], Any] = {
     ("dram", "max_outstanding"): lambda n: f"o{n}" if n != 1 else "",
     ("dram", "arbiter"): lambda a: "rr" if a == "round_robin" else "",
     ("dram", "merge_rows"): lambda on: "mr" if on else "",
+    ("store", "postproc"): lambda on: "pp" if on else "",
 }
 """Machine features spelled out in :attr:`HwConfig.name` when they are not the original
 machine's: ``(section, field) -> tag of the value`` (empty for the original)."""
@@ -204,6 +223,7 @@ class HwConfig:
     gemm: Pipeline = field(default_factory=lambda: Pipeline(ii=1, depth=5))
     alu: Pipeline = field(default_factory=lambda: Pipeline(ii=2, depth=4))
     isa: IsaWidths = field(default_factory=IsaWidths)
+    store: StoreConfig = field(default_factory=StoreConfig)
     description: str = ""
     source: str = field(default="<dict>", compare=False, repr=False)
 
@@ -584,6 +604,11 @@ def _validate(cfg: HwConfig) -> None:
         p = getattr(cfg, unit)
         _check(p.ii >= 1, cfg, f"{unit}.ii", "an initiation interval >= 1 cycle", p.ii)
         _check(p.depth >= 1, cfg, f"{unit}.depth", "a pipeline depth >= 1 cycle", p.depth)
+    st = cfg.store
+    if st.postproc:
+        _check(st.out_bits == cfg.precision.inp_bits, cfg, "store.out_bits",
+               f"{cfg.precision.inp_bits} (precision.inp_bits, the width the next layer reads "
+               "and the only one the RTL narrows to)", st.out_bits)
     isa = cfg.isa
     _check(1 <= isa.iter_bits <= 16, cfg, "isa.iter_bits", "1..16", isa.iter_bits)
     _check(8 <= isa.dram_addr_bits <= 32, cfg, "isa.dram_addr_bits", "8..32",

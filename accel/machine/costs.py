@@ -18,8 +18,9 @@ instruction per cycle into its module's command queue::
 
 LOAD / STORE: one decode cycle, then the DRAM transactions of ``memory.mem_bursts`` (row by
 row, or the rows as one run with ``dram.merge_rows``), the first requested in the cycle after
-the decode (a merged run ``memory.MERGE_SETUP_CYCLES`` later) and each next one in the cycle
-after the one before was granted; the DRAM part ends
+the decode plus :func:`mem_setup_cycles` (a merged run's length: ``memory.MERGE_SETUP_CYCLES``;
+a STORE ACC's post-processing pipeline filling: ``POSTPROC_SETUP_CYCLES``; the larger of the
+two when both) and each next one in the cycle after the one before was granted; the DRAM part ends
 when the last is done. A LOAD then writes its pad elements into SRAM at one element per cycle
 (a zero-size LOAD writes none). With the channel to itself, bursts ``b_0 .. b_(n-1)`` are
 granted at ``g_0 = 1`` and ``g_i = max(g_(i-1) + 1, done_(i-N))`` (a slot is free), and::
@@ -61,12 +62,19 @@ shorten the run.
 from __future__ import annotations
 
 from accel.machine.config import HwConfig
-from accel.machine.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn
-from accel.machine.memory import MERGE_SETUP_CYCLES, DataBus, mem_bursts, merges
+from accel.machine.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn, MemType
+from accel.machine.memory import (
+    MERGE_SETUP_CYCLES,
+    DataBus,
+    dram_elem_bytes,
+    mem_bursts,
+    merges,
+)
 from accel.machine.program import Program
 
 __all__ = [
     "DECODE_CYCLES",
+    "POSTPROC_SETUP_CYCLES",
     "QUEUE_FULL_RESUME_CYCLES",
     "UOP_PREFETCH_MISS_CYCLES",
     "alu_cycles",
@@ -79,6 +87,7 @@ __all__ = [
     "mem_dram_cycles",
     "mem_elem_bytes",
     "mem_pad_cycles",
+    "mem_setup_cycles",
     "serial_cycles",
 ]
 
@@ -87,6 +96,11 @@ DECODE_CYCLES = 1
 
 QUEUE_FULL_RESUME_CYCLES = 1
 """Cycles after the consumer's take before a producer blocked on a full queue goes on."""
+
+POSTPROC_SETUP_CYCLES = 3
+"""Cycles a STORE ACC (``store.postproc``) waits after its decode before its first request:
+the RTL reads the acc copy's first element, shifts it and clips it, a cycle each, so that the
+first write beat finds it ready (a write beat may come the cycle after its grant)."""
 
 UOP_PREFETCH_MISS_CYCLES = 1
 """Extra cycles of a GEMM/ALU instruction whose first micro-op was not read ahead of its decode
@@ -109,8 +123,8 @@ def fetch_cycles(k: int, cfg: HwConfig) -> int:
 
 
 def mem_elem_bytes(insn: MemInsn, cfg: HwConfig) -> int:
-    """Bytes of one element (tile or micro-op word) a LOAD/STORE moves."""
-    return cfg.tile_bytes(insn.mem_type.buffer)
+    """Bytes of one element (tile or micro-op word) a LOAD/STORE moves over DRAM."""
+    return dram_elem_bytes(insn, cfg)
 
 
 def mem_pad_cycles(insn: MemInsn) -> int:
@@ -123,12 +137,23 @@ def mem_pad_cycles(insn: MemInsn) -> int:
     return insn.rows * insn.cols - insn.y_size * insn.x_size
 
 
+def mem_setup_cycles(insn: MemInsn, cfg: HwConfig) -> int:
+    """Cycles between a LOAD/STORE's decode and the cycle before its first request: a merged
+    run's setup, a STORE ACC's post-processing pipeline, the larger when both (the RTL does
+    them side by side); 0 for everything else, and without data."""
+    if not mem_bursts(insn, cfg):
+        return 0
+    post = insn.store and insn.mem_type is MemType.ACC
+    return max(MERGE_SETUP_CYCLES if merges(insn, cfg) else 0,
+               POSTPROC_SETUP_CYCLES if post else 0)
+
+
 def mem_dram_cycles(insn: MemInsn, cfg: HwConfig) -> int:
     """Cycles from the cycle after a LOAD/STORE's decode to its last transaction's end, with the
     DRAM channel to itself (0 without data)."""
     bus = DataBus(cfg)
     done: list[int] = []
-    cycle = MERGE_SETUP_CYCLES if merges(insn, cfg) else 0
+    cycle = mem_setup_cycles(insn, cfg)
     for i, nbytes in enumerate(mem_bursts(insn, cfg)):
         if i >= cfg.dram.max_outstanding:
             cycle = max(cycle, done[i - cfg.dram.max_outstanding])

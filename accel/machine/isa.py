@@ -151,8 +151,11 @@ class MemInsn(Insn):
 
     A LOAD writes ``(y_pad_0 + y_size + y_pad_1)`` rows of ``(x_pad_0 + x_size + x_pad_1)``
     elements contiguously from ``sram_base``, zeros in the pad; row ``y`` of the DRAM side
-    starts at ``dram_base + y * x_stride``. A STORE copies ``y_size x x_size`` OUT tiles.
-    Units: buffer elements (tiles, or micro-op words for UOP).
+    starts at ``dram_base + y * x_stride``. A STORE copies ``y_size x x_size`` OUT tiles. With
+    ``store.postproc`` a STORE ACC copies acc tiles, each element
+    ``min(max(acc >> shift, clip_lo), clip_hi)`` (an arithmetic shift: floor) narrowed to
+    ``store.out_bits``, as out tiles; ``shift``, ``clip_lo`` and ``clip_hi`` are 0 on every
+    other instruction. Units: buffer elements (tiles, or micro-op words for UOP).
     """
 
     store: bool = False
@@ -166,6 +169,9 @@ class MemInsn(Insn):
     y_pad_1: int = 0
     x_pad_0: int = 0
     x_pad_1: int = 0
+    shift: int = 0
+    clip_lo: int = 0
+    clip_hi: int = 0
 
     @property  # type: ignore[override]
     def opcode(self) -> Opcode:  # type: ignore[override]

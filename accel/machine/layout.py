@@ -38,11 +38,18 @@ class _IsaWidths(Protocol):
     imm_bits: int
 
 
+class _Store(Protocol):
+    postproc: bool
+    out_bits: int
+
+
 class LayoutWidths(Protocol):
     """What :class:`IsaLayout` reads of a config (``HwConfig`` has all of it)."""
 
     @property
     def isa(self) -> _IsaWidths: ...
+    @property
+    def store(self) -> _Store: ...
     @property
     def uop_index_bits(self) -> int: ...
     @property
@@ -133,7 +140,7 @@ class IsaLayout:
             ("dst_factor_out", cfg.acc_index_bits),
             ("dst_factor_in", cfg.acc_index_bits),
         ]
-        mem = _fields([
+        copy = [
             *header,
             ("mem_type", 3),
             ("sram_base", cfg.sram_index_bits),
@@ -141,10 +148,21 @@ class IsaLayout:
             ("y_size", isa.size_bits),
             ("x_size", isa.size_bits),
             ("x_stride", isa.size_bits),
+        ]
+        mem = _fields([
+            *copy,
             ("y_pad_0", isa.pad_bits),
             ("y_pad_1", isa.pad_bits),
             ("x_pad_0", isa.pad_bits),
             ("x_pad_1", isa.pad_bits),
+        ])
+        # With the post-processing store, STORE (which never pads) has its own format: the
+        # pads' bits hold the shift and the clip bounds (signed, of the output's width).
+        store = mem if not cfg.store.postproc else _fields([
+            *copy,
+            ("shift", 5),
+            ("clip_lo", cfg.store.out_bits, True),
+            ("clip_hi", cfg.store.out_bits, True),
         ])
         gemm = _fields([
             *header,
@@ -166,7 +184,7 @@ class IsaLayout:
         ])
         self.formats: dict[Opcode, InsnFormat] = {
             Opcode.LOAD: InsnFormat("LOAD", mem),
-            Opcode.STORE: InsnFormat("STORE", mem),
+            Opcode.STORE: InsnFormat("STORE", store),
             Opcode.GEMM: InsnFormat("GEMM", gemm),
             Opcode.FINISH: InsnFormat("FINISH", _fields(header)),
             Opcode.ALU: InsnFormat("ALU", alu),

@@ -49,7 +49,7 @@ from accel.machine.config import HwConfig
 from accel.machine.isa import MemInsn
 
 __all__ = ["MERGE_SETUP_CYCLES", "REQUESTERS", "DataBus", "Transaction", "arbitrate", "beats",
-           "mem_bursts", "merges"]
+           "dram_elem_bytes", "mem_bursts", "merges"]
 
 REQUESTERS = ("fetch", "load", "compute", "store")
 """The DRAM channel's requesters, in fixed-priority order (first wins)."""
@@ -110,10 +110,16 @@ class DataBus:
         return Transaction(cycle, first, end, done, nbytes, write)
 
 
+def dram_elem_bytes(insn: MemInsn, cfg: HwConfig) -> int:
+    """Bytes of one element of a LOAD/STORE on the DRAM side: a tile or micro-op word of its
+    buffer; an out tile for every STORE (a STORE ACC narrows acc tiles to out tiles)."""
+    return cfg.out_tile_bytes if insn.store else cfg.tile_bytes(insn.mem_type.buffer)
+
+
 def merges(insn: MemInsn, cfg: HwConfig) -> bool:
     """A LOAD/STORE whose rows move as one run: ``dram.merge_rows`` is on and it has more than
     one row, contiguous in DRAM (``x_stride == x_size``), each a whole number of beats."""
-    row = insn.x_size * cfg.tile_bytes(insn.mem_type.buffer)
+    row = insn.x_size * dram_elem_bytes(insn, cfg)
     return (cfg.dram.merge_rows and insn.y_size > 1 and insn.x_stride == insn.x_size
             and row > 0 and row % cfg.dram.bytes_per_cycle == 0)
 
@@ -125,7 +131,7 @@ def mem_bursts(insn: MemInsn, cfg: HwConfig) -> list[int]:
     rows merge (:func:`merges`), the ``y_size`` rows are one run of ``y_size * x_size``
     elements split the same way.
     """
-    row = insn.x_size * cfg.tile_bytes(insn.mem_type.buffer)
+    row = insn.x_size * dram_elem_bytes(insn, cfg)
     if not insn.y_size or not row:
         return []
     burst = cfg.dram.max_burst

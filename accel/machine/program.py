@@ -344,7 +344,8 @@ def count_key(insn: Insn) -> str:
 
 
 _MEM_FIELDS = operator.attrgetter("store", "mem_type", "sram_base", "y_size", "x_size", "y_pad_0",
-                                  "y_pad_1", "x_pad_0", "x_pad_1", *DEP_FLAGS)
+                                  "y_pad_1", "x_pad_0", "x_pad_1", "shift", "clip_lo", "clip_hi",
+                                  *DEP_FLAGS)
 _LOOP_FIELDS = operator.attrgetter("uop_bgn", "uop_end")
 _ALU_FIELDS = operator.attrgetter("alu_op", "use_imm", "imm")
 
@@ -389,13 +390,20 @@ def _all_valid(insns: Sequence[Insn], cfg: HwConfig) -> bool:
         a = np.array([_MEM_FIELDS(m) for m in mems])
         if a.dtype != np.int64 or (a >= 1 << 29).any() or (a <= -1 << 29).any():
             return False    # (so that nothing below overflows an int64)
-        store, mem, base, ys, xs, yp0, yp1, xp0, xp1 = a[:, :9].T
+        store, mem, base, ys, xs, yp0, yp1, xp0, xp1, shift, lo, hi = a[:, :12].T
         st = store != 0
-        if (st != (mem == MemType.OUT)).any():     # STORE from OUT only, LOAD never into it
+        post = st & (mem == MemType.ACC)
+        if (st & ~((mem == MemType.OUT) | post)).any() or (~st & (mem == MemType.OUT)).any():
+            return False                            # STORE from OUT (or ACC), LOAD never OUT
+        if post.any() and not cfg.store.postproc:
             return False
         if (st & ((yp0 | yp1 | xp0 | xp1) != 0)).any():
             return False
-        if ((a[:, 9:] != 0) & ~allowed[module_of_mem[st.astype(np.int64), mem]]).any():
+        lo_min, hi_max = -(1 << (cfg.store.out_bits - 1)), (1 << (cfg.store.out_bits - 1)) - 1
+        if (~post & ((shift | lo | hi) != 0)).any() or (post & (
+                (shift < 0) | (shift > 31) | (lo < lo_min) | (hi > hi_max) | (lo > hi))).any():
+            return False
+        if ((a[:, 12:] != 0) & ~allowed[module_of_mem[st.astype(np.int64), mem]]).any():
             return False
         depth = np.array([cfg.depth(t.buffer) for t in MemType], dtype=np.int64)[mem]
         elems = np.where(st, ys * xs, (yp0 + ys + yp1) * (xp0 + xs + xp1))
@@ -424,8 +432,21 @@ def _check_insn(i: int, insn: Insn, cfg: HwConfig) -> None:
         if (module, flag) not in DEP_QUEUES:
             raise fail(f"{flag} is not allowed on the {module.name.lower()} module")
     if isinstance(insn, MemInsn):
-        if insn.store and insn.mem_type is not MemType.OUT:
-            raise fail(f"STORE supports memory type OUT only, got {insn.mem_type.name}")
+        post = insn.store and insn.mem_type is MemType.ACC
+        if post and not cfg.store.postproc:
+            raise fail("STORE ACC needs the post-processing store (store.postproc)")
+        if insn.store and insn.mem_type not in (MemType.OUT, MemType.ACC):
+            raise fail(f"STORE supports memory types OUT and ACC only, got {insn.mem_type.name}")
+        if post:
+            lo_min = -(1 << (cfg.store.out_bits - 1))
+            hi_max = (1 << (cfg.store.out_bits - 1)) - 1
+            if not 0 <= insn.shift <= 31:
+                raise fail(f"shift {insn.shift} is outside 0..31")
+            if not lo_min <= insn.clip_lo <= insn.clip_hi <= hi_max:
+                raise fail(f"clip bounds [{insn.clip_lo}, {insn.clip_hi}] are not an interval "
+                           f"within {lo_min}..{hi_max}")
+        elif insn.shift or insn.clip_lo or insn.clip_hi:
+            raise fail("shift and clip bounds belong to a STORE ACC only")
         if not insn.store and insn.mem_type is MemType.OUT:
             raise fail("LOAD cannot target the OUT buffer")
         if insn.store and (insn.y_pad_0 or insn.y_pad_1 or insn.x_pad_0 or insn.x_pad_1):

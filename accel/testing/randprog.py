@@ -9,7 +9,9 @@ A program is a few *iterations* of a double-buffered pipeline, the shape compile
   instructions (all five operations, immediate or acc operand) with both loops and random
   factors on acc slot ``t % 2``, then pushes compute->store and (when a later load will pop it)
   compute->load;
-- store pops compute->store, stores out tiles to a fresh DRAM area, pushes store->compute;
+- store pops compute->store, stores out tiles to a fresh DRAM area (with ``store.postproc``,
+  some as post-processing STORE ACCs of random shifts and clip bounds), pushes
+  store->compute;
 - compute pops the store->compute tokens left over with zero-size instructions and FINISH.
 
 Every cross-module dependence goes through a token, so the DRAM result does not depend on
@@ -159,8 +161,14 @@ def random_program(cfg: HwConfig, pick: Pick, iterations: int = 3,
                 y_size, stride = 1, x_size
             sram = s * slot["acc"] + pick(0, slot["acc"] - x_size * y_size)
             dst = out_base[t] + pick(0, out_tiles - (y_size - 1) * stride - x_size)
+            post: dict[str, int] = {}
+            if cfg.store.postproc and pick(0, 1):       # a post-processing STORE ACC
+                top = (1 << (cfg.store.out_bits - 1)) - 1
+                lo = pick(-top - 1, top)
+                post = {"mem_type": MemType.ACC, "shift": pick(0, 31), "clip_lo": lo,
+                        "clip_hi": pick(lo, top)}
             b.store(sram_base=sram, dram_base=dst, y_size=y_size, x_size=x_size,
-                    x_stride=stride, pop_prev=k == 0, push_prev=k == n - 1)
+                    x_stride=stride, pop_prev=k == 0, push_prev=k == n - 1, **post)
         s2c_owed += 1
     while s2c_owed > 1:
         b.load(MemType.UOP, sram_base=0, dram_base=0, y_size=0, x_size=0, x_stride=0,

@@ -1,0 +1,153 @@
+"""The post-processing store's element stream: acc tiles read from the acc buffer's copy,
+shifted, clipped and narrowed to out tiles, a few elements ahead of the beats that send them.
+
+A STORE ACC (``store.postproc``) copies ``y_size * x_size`` acc tiles from ``sram_base``, each
+element ``min(max(acc >> shift, clip_lo), clip_hi)`` narrowed to ``store.out_bits``
+(``sim.functional.post_process``). The acc buffer's two ports are the compute module's, so the
+store reads a copy of it (``hw.top``: written with every acc write). :class:`PostStream` reads it
+``lanes`` elements a cycle (a beat's worth), in three register stages (the RAM's data, the shift,
+the clip), into a small queue of out tiles that the store engine takes from as the beats go
+out. The RAM's clock-to-out, a 32-bit barrel shift and two 32-bit compares would not fit one
+cycle at 100 MHz on the ECP5-45F; hence the stages (the clip's compares go straight into the
+queue's registers), and ``costs.POSTPROC_SETUP_CYCLES``: the
+instruction asks for the channel only once the first element can be in the queue.
+
+The stream reads on past the instruction's last element (what it reads there is dropped at the
+next decode); it never waits for anything but room in its queue, which it has whenever the
+beats keep up, so the queue never runs dry once the setup is over.
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.params import RtlParams
+from hw.sram import BufferRead
+
+__all__ = ["PostStream", "post_lane"]
+
+STAGES = 3
+"""Register stages from a read of the acc copy to the element in the queue."""
+
+
+def post_lane(m: Module, word: object, shift: Signal, lo: Signal, hi: Signal, width: int,
+              name: str) -> Signal:
+    """One 32-bit word: ``word >> shift`` (arithmetic) in a register, then clipped to
+    ``[lo, hi]`` and narrowed to ``width`` bits (returned, from that register through the
+    compares: the queue's slot registers take it)."""
+    shifted = Signal(signed(32), name=f"{name}_shifted")
+    m.d.sync += shifted.eq(word.as_signed() >> shift)
+    out = Signal(width, name=f"{name}_out")
+    m.d.comb += out.eq(Mux(shifted > hi, hi, Mux(shifted < lo, lo, shifted))[:width])
+    return out
+
+
+class PostStream(wiring.Component):
+    """Out tiles of a STORE ACC, ahead of the beats (module docstring).
+
+    Parameters
+    ----------
+    params
+        RTL parameters of the config (``store.postproc``).
+
+    Ports
+    -----
+    start : In
+        The STORE ACC's decode cycle: ``base``, ``shift``, ``clip_lo`` and ``clip_hi`` are
+        valid; the queue empties and the stream starts from ``base``.
+    base, shift, clip_lo, clip_hi : In
+        The instruction's fields.
+    rd : Out(BufferRead)
+        Reads of the acc buffer's copy, ``lanes`` elements at a time.
+    data : Out
+        The queue's first ``lanes`` out tiles, lane 0 first.
+    take : In
+        Out tiles the store engine takes this cycle (0 to ``lanes``).
+    """
+
+    def __init__(self, params: RtlParams) -> None:
+        self._p = params
+        acc, out = params.buffers["acc"], params.buffers["out"]
+        self._lanes = out.lanes
+        bits = params.cfg.store.out_bits
+        super().__init__({
+            "start": In(1),
+            "base": In(acc.addr_bits),
+            "shift": In(5),
+            "clip_lo": In(signed(bits)),
+            "clip_hi": In(signed(bits)),
+            "rd": Out(BufferRead(acc, lanes=self._lanes)),
+            "data": Out(self._lanes * out.elem_bits),
+            "take": In(range(self._lanes + 1)),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p = self._p
+        lanes = self._lanes
+        acc, out = p.buffers["acc"], p.buffers["out"]
+        cfg = p.cfg
+        words = cfg.batch * cfg.block_out               # int32 words of an acc tile
+        bits = cfg.store.out_bits
+        depth = (STAGES + 3) * lanes                    # queue slots: out tiles
+
+        shift = Signal(5)
+        lo, hi = Signal(signed(bits)), Signal(signed(bits))
+        addr = Signal(acc.addr_bits)
+        running = Signal()
+        with m.If(self.start):
+            m.d.sync += [shift.eq(self.shift), lo.eq(self.clip_lo), hi.eq(self.clip_hi),
+                         addr.eq(self.base), running.eq(1)]
+
+        # Reads in flight (issued, not yet in the queue), one flag per stage.
+        in_pipe = [Signal(name=f"post_valid{s}") for s in range(STAGES)]
+        count = Signal(range(depth + 1))
+        pending = Signal(range(STAGES + 1))
+        m.d.comb += pending.eq(sum(in_pipe))
+        issue = Signal()
+        m.d.comb += issue.eq(running & ~self.start
+                             & (count + (pending + 1) * lanes <= depth))
+        m.d.comb += self.rd.addr.eq(addr)
+        with m.If(issue):
+            m.d.sync += addr.eq(addr + lanes)
+        m.d.sync += in_pipe[0].eq(issue & ~self.start)
+        for s in range(1, STAGES):
+            m.d.sync += in_pipe[s].eq(in_pipe[s - 1] & ~self.start)
+
+        # The stages: the RAM's data registered, then each lane's shift and clip.
+        raw = Signal(lanes * acc.elem_bits)
+        m.d.sync += raw.eq(self.rd.data)
+        pushed = []
+        for lane in range(lanes):
+            element = raw.word_select(lane, acc.elem_bits)
+            parts = []
+            for w in range(words):
+                parts.append(post_lane(m, element.word_select(w, 32), shift, lo, hi, bits,
+                                       f"post{lane}_{w}"))
+            pushed.append(Cat(*parts))
+
+        # The queue: slots of out tiles, the first ``count`` full; each cycle ``take`` leave the
+        # front and the last stage's ``lanes`` join the back.
+        slots = Array(Signal(out.elem_bits, name=f"post_slot{i}") for i in range(depth))
+        push = in_pipe[STAGES - 1]
+        remain = Signal(range(depth + 1))
+        m.d.comb += remain.eq(count - self.take)
+        for i in range(depth):
+            nxt = Signal(out.elem_bits, name=f"post_next{i}")
+            m.d.comb += nxt.eq(slots[i])
+            for t in range(1, lanes + 1):
+                if i + t < depth:
+                    with m.If(self.take == t):
+                        m.d.comb += nxt.eq(slots[i + t])
+            for lane in range(lanes):
+                with m.If(push & (remain + lane == i)):
+                    m.d.comb += nxt.eq(pushed[lane])
+            m.d.sync += slots[i].eq(nxt)
+        with m.If(self.start):
+            m.d.sync += count.eq(0)
+        with m.Else():
+            m.d.sync += count.eq(remain + Mux(push, lanes, 0))
+        m.d.comb += self.data.eq(Cat(*(slots[i] for i in range(lanes))))
+        return m

@@ -1,0 +1,141 @@
+"""The post-processing store (``store.postproc``): STORE ACC's semantics, encoding, cycles and
+its agreement between fsim, sim and the RTL."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from conftest import original
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_hw_cosim import cosim
+
+from accel.machine.builder import ProgramBuilder
+from accel.machine.config import ConfigError, HwConfig, load_config
+from accel.machine.costs import POSTPROC_SETUP_CYCLES, mem_cycles
+from accel.machine.dram import Dram
+from accel.machine.isa import MemInsn, MemType, decode_insn, encode_insn
+from accel.machine.program import Program, SimulationDeadlock, assemble, disassemble
+from accel.testing.randprog import random_program
+from runtime.backends import run_program
+from sim.functional import post_process
+
+POST = {"store.postproc": True}
+
+
+@pytest.fixture(scope="module")
+def post_tiny() -> HwConfig:
+    return load_config("tiny").replace(**POST)
+
+
+def _acc_program(cfg: HwConfig, acc: np.ndarray, shift: int, lo: int, hi: int,
+                 token: bool = True) -> tuple[Program, Dram]:
+    """LOAD ACC ``acc`` (tiles), then a STORE ACC of them with the given post-processing; the
+    store waits for the load through compute's push (``token``)."""
+    b = ProgramBuilder(cfg)
+    n = len(acc)
+    src = b.tensor("acc", acc)
+    out = b.buffer("out", n * cfg.out_tile_bytes, cfg.out_tile_bytes)
+    b.load(MemType.ACC, sram_base=0, dram_base=src, x_size=n, x_stride=n, push_next=token)
+    b.store(MemType.ACC, sram_base=0, dram_base=out, x_size=n, x_stride=n, shift=shift,
+            clip_lo=lo, clip_hi=hi, pop_prev=True, push_prev=True)
+    b.finish(pop_next=True)
+    return b.build()
+
+
+@pytest.mark.parametrize(("shift", "lo", "hi"), [(0, -128, 127), (8, 0, 127), (31, -3, 5),
+                                                  (4, -128, -128)])
+def test_store_acc_shifts_clips_and_narrows(post_tiny: HwConfig, shift: int, lo: int,
+                                            hi: int) -> None:
+    cfg = post_tiny
+    rng = np.random.default_rng(shift)
+    acc = rng.integers(-2**31, 2**31, (6, cfg.batch, cfg.block_out), dtype=np.int64)
+    acc[0, 0, :2] = [2**31 - 1, -2**31]                  # the extremes
+    acc = acc.astype(np.int32)
+    program, dram = _acc_program(cfg, acc, shift, lo, hi)
+    for backend in ("fsim", "sim"):
+        image = dram.copy()
+        run_program(program, image, backend=backend)
+        got = image.read("out", "int8", acc.shape)
+        want = np.clip(acc.astype(np.int64) >> shift, lo, hi).astype(np.int8)  # floor shift
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(post_process(acc, program.insns[1]), want)
+
+
+def test_store_acc_waits_for_its_token(post_tiny: HwConfig) -> None:
+    """A STORE ACC of an accumulator that the compute module has not handed over is ordered by
+    tokens as any other store: without compute's push it never runs."""
+    acc = np.zeros((2, 1, 4), dtype=np.int32)
+    program, dram = _acc_program(post_tiny, acc, 0, -128, 127, token=False)
+    with pytest.raises(SimulationDeadlock, match=re.escape(
+            "store waits at instruction 1 (STORE_ACC) to pop compute->store (0 tokens)")):
+        run_program(program, dram.copy(), backend="fsim")
+    with pytest.raises(SimulationDeadlock, match=r"^deadlock at cycle"):
+        run_program(program, dram.copy(), backend="sim")
+
+
+def test_store_acc_encoding_and_text_round_trip(post_tiny: HwConfig) -> None:
+    insn = MemInsn(store=True, mem_type=MemType.ACC, sram_base=3, dram_base=70, y_size=2,
+                   x_size=3, x_stride=5, shift=9, clip_lo=-128, clip_hi=127, pop_prev=True)
+    assert decode_insn(encode_insn(insn, post_tiny), post_tiny) == insn
+    program, _ = _acc_program(post_tiny, np.zeros((2, 1, 4), dtype=np.int32), 9, -7, 100)
+    text = disassemble(program)
+    assert re.search(r"STORE ACC .*shift=9 clip_lo=-7 clip_hi=100", text)
+    assert assemble(text, config=post_tiny).to_bytes() == program.to_bytes()
+
+
+def test_without_postproc_a_store_is_as_before(tiny: HwConfig) -> None:
+    """Off, the STORE format is the LOAD format (pads included): old program files decode."""
+    from accel.machine.layout import IsaLayout
+
+    layout = IsaLayout.of(tiny).formats
+    assert layout[0].fields == layout[1].fields[:len(layout[0].fields)] == layout[1].fields
+
+
+def test_out_bits_the_rtl_cannot_narrow_to_is_one_line() -> None:
+    with pytest.raises(ConfigError, match=re.escape(
+            "(replaced): store.out_bits: expected 8 (precision.inp_bits, the width the next "
+            "layer reads and the only one the RTL narrows to), got 16") + "$"):
+        load_config().replace(**POST, **{"store.out_bits": 16})
+
+
+def test_store_acc_cycles(post_tiny: HwConfig) -> None:
+    """A STORE ACC requests POSTPROC_SETUP_CYCLES after a STORE OUT would: decode, setup,
+    then the write of one burst (latency 8 + beats)."""
+    cfg = original(load_config()).replace(**POST)
+    acc = MemInsn(store=True, mem_type=MemType.ACC, x_size=4, x_stride=4, clip_hi=127)
+    out = MemInsn(store=True, mem_type=MemType.OUT, x_size=4, x_stride=4)
+    assert mem_cycles(out, cfg) == 1 + 32 + 4
+    assert mem_cycles(acc, cfg) == 1 + POSTPROC_SETUP_CYCLES + 32 + 4 == 40
+
+
+settings_rtl = settings(max_examples=3, deadline=None, derandomize=True,
+                        suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("name", ["tiny", "default"])
+@settings_rtl
+@given(data=st.data())
+def test_random_programs_with_store_acc_on_the_rtl(name: str, data: st.DataObject) -> None:
+    """Random programs with post-processing stores: every instruction's start and end on the
+    RTL equal to the timing simulator's, the DRAM to fsim's."""
+    cfg = load_config(name).replace(**POST)
+    program, dram = random_program(cfg, lambda lo, hi: data.draw(st.integers(lo, hi)), 3)
+    cosim(program, dram)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", range(4))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_programs_with_store_acc_variants(variant: int, data: st.DataObject) -> None:
+    """Bus widths that pack several out tiles in a beat or spread one over several, the
+    original channel, and vta_1x16x16 (an out tile of two beats)."""
+    tiny = load_config("tiny")
+    cfg = [tiny.replace(**{"dram.bytes_per_cycle": 16}),
+           tiny.replace(**{"dram.bytes_per_cycle": 4}),
+           original(tiny),
+           load_config("vta_1x16x16")][variant].replace(**POST)
+    cosim(*random_program(cfg, lambda lo, hi: data.draw(st.integers(lo, hi)), 3))
