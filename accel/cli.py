@@ -113,14 +113,15 @@ def print_report(report: Any, out: Any = None) -> None:
     """The per-layer table and the totals."""
     out = out or sys.stdout
     header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
-              f"{'ms':>8} {'util':>5} {'DRAM KB':>8}  largest stall")
+              f"{'bound':>10} {'roof':>5} {'ms':>8} {'util':>5} {'DRAM KB':>8}  largest stall")
     print(header, file=out)
     print("-" * len(header), file=out)
     for layer in report.layers:
         shape = "x".join(str(s) for s in layer.output_shape)
         ms = layer.milliseconds if layer.target == "accel" else layer.wall_ms
         print(f"{layer.name:<22.22} {layer.op:<16.16} {shape:<17.17} {layer.target:<6} "
-              f"{_fmt(layer.cycles, 'd'):>10} {_fmt(ms, '.3f'):>8} "
+              f"{_fmt(layer.cycles, 'd'):>10} {_fmt(layer.bound_cycles, '.0f'):>10} "
+              f"{_fmt(layer.roofline_efficiency, '.2f'):>5} {_fmt(ms, '.3f'):>8} "
               f"{_fmt(layer.gemm_utilization, '.2f'):>5} {_fmt(layer.dram_kb, '.1f'):>8}  "
               f"{layer.largest_stall or ''}", file=out)
     t = report.totals()
@@ -129,8 +130,12 @@ def print_report(report: Any, out: Any = None) -> None:
     if cycles is not None:
         print(f"accelerator: {cycles} cycles = {t['accel_ms']:.3f} ms at "
               f"{report.clock_mhz:g} MHz ({report.backend}, {report.config})", file=out)
+        print(f"roofline: bound {t['bound_cycles']:.0f} cycles, efficiency "
+              f"{_fmt(t['roofline_efficiency'], '.3f')} (sum of bounds / sum of cycles over "
+              "accelerator layers)", file=out)
     else:
-        print(f"accelerator: functional only ({report.backend}, {report.config})", file=out)
+        print(f"accelerator: functional only ({report.backend}, {report.config}); roofline "
+              f"bound {t['bound_cycles']:.0f} cycles", file=out)
     print(f"fallback ({report.fallback}): {t['fallback_wall_ms']:.1f} ms wall; "
           f"MACs offloaded: {100 * t['offloaded_mac_share']:.2f}%", file=out)
     plan = report.memory_plan
@@ -185,8 +190,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if dump is not None:
         layer = next(layer for layer in report.layers if layer.name == dumped)
         print(vcd_summary(dump, layer.cycles, f"layer {dumped}"))
+    from compiler.ops.registry import accel_op
+
     unfit = [layer.name for layer in report.layers
-             if layer.target != "accel" and layer.op in ("conv2d", "dense")]
+             if layer.target != "accel" and accel_op(layer.op) is not None]
     if unfit:
         print(f"note: {len(unfit)} layer(s) do not fit the buffers of {cfg.name} and ran on the "
               f"{args.fallback} fallback: {', '.join(unfit[:6])}"

@@ -163,7 +163,7 @@ def test_no_invalid_setting_is_measured(name: str, tiny: HwConfig, tmp_path: Pat
 
     # Settings with one-pixel-wide tiles fail to build here, as a setting the static filter
     # cannot foresee would: they must be reported, never simulated, counted or logged.
-    real_build = runtime.tuning.conv2d_program
+    real_build = runtime.tuning.build_program
 
     def build(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs) -> Any:
         if knobs.tile_w == 1:
@@ -178,7 +178,7 @@ def test_no_invalid_setting_is_measured(name: str, tiny: HwConfig, tmp_path: Pat
         simulated.append(program.meta["knobs"]["tile_w"])
         return real_run(self, program, dram)
 
-    monkeypatch.setattr(runtime.tuning, "conv2d_program", build)
+    monkeypatch.setattr(runtime.tuning, "build_program", build)
     monkeypatch.setattr(sim.timing.TimingSimulator, "run", run)
     task = _task(LAYER_A, tiny)
     log = TuningLog(tmp_path / "log.jsonl")

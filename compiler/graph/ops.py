@@ -35,6 +35,7 @@ __all__ = [
     "op_pattern",
     "parse_layout",
     "physical_shape",
+    "register_op",
 ]
 
 
@@ -311,6 +312,12 @@ OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("layout_unpack", _I, 1, _infer_layout),
     OpDef("constant", _O, 0, _infer_constant),
 )}
+
+
+def register_op(opdef: OpDef) -> None:
+    """Add (or replace) operator ``opdef.name`` (an operator of a test or an extension joins
+    the graph IR here)."""
+    OPS[opdef.name] = opdef
 
 
 def op_pattern(op: str) -> OpPattern:

@@ -31,7 +31,8 @@ from accel.machine.dram import pack_activation, unpack_activation
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import parse_layout, physical_shape
 
-__all__ = ["conv2d_acc", "dense_acc", "requantize", "run_node", "run_reference", "to_logical",
+__all__ = ["conv2d_acc", "dense_acc", "register_reference_kernel", "requantize", "run_node",
+           "run_reference", "to_logical",
            "to_physical"]
 
 #: Bound on the float64 im2col matrix built per GEMM; larger batches are split into images.
@@ -266,6 +267,12 @@ _KERNELS: dict[str, _Kernel] = {
     "batch_norm": _batch_norm, "quantize": _quantize, "dequantize": _dequantize,
     "layout_pack": _identity, "layout_unpack": _identity, "constant": _constant,
 }
+
+
+def register_reference_kernel(op: str, kernel: _Kernel) -> None:
+    """Add (or replace) the reference kernel of operator ``op``: ``kernel(node, args, graph)``
+    on plain-layout arrays (an operator of a test or an extension joins here)."""
+    _KERNELS[op] = kernel
 
 
 def run_node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:

@@ -48,6 +48,13 @@ class MatmulWorkload:
     def macs(self) -> int:
         return self.m * self.k * self.n
 
+    @property
+    def dram_bytes(self) -> int:
+        """Compulsory DRAM bytes (ROOFLINE.md): ``a``, ``b`` and the output at int8, and the
+        int32 bias."""
+        return self.m * self.k + self.k * self.n + self.m * self.n + (4 * self.n if self.bias
+                                                                      else 0)
+
     def blocks(self, cfg: HwConfig) -> tuple[int, int, int]:
         """(row blocks, reduction blocks, column blocks) on ``cfg``."""
         return (_ceil_div(self.m, cfg.batch), _ceil_div(self.k, cfg.block_in),

@@ -53,13 +53,19 @@ def is_float_graph(graph: Graph) -> bool:
 
 
 def node_macs(node: Node, graph: Graph) -> int:
-    """Multiply-accumulates of a conv2d or dense node (0 for other operators)."""
-    if node.op not in ("conv2d", "dense"):
+    """Multiply-accumulates of a node, as its accelerator operator's registry entry counts them
+    (ROOFLINE.md: before channel padding); 0 for operators the accelerator has no entry for
+    and for nodes whose workload cannot be formed."""
+    from compiler.errors import LoweringError
+    from compiler.ops.registry import accel_op
+
+    entry = accel_op(node.op)
+    if entry is None:
         return 0
-    w = graph.params[node.attrs["weight"]]
-    out = graph.values[node.outputs[0]]
-    per_output = int(np.prod(w.shape[1:]))
-    return out.size * per_output
+    try:
+        return int(entry.macs(entry.workload(node, graph)))
+    except LoweringError:
+        return 0
 
 
 def require_targets(graph: Graph, pass_name: str) -> None:
