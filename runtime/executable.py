@@ -74,6 +74,8 @@ class RunReport:
     check: bool | None = None
     memory_plan: dict[str, Any] = field(default_factory=dict)
     traces: list[tuple[str, int, Any]] = field(default_factory=list, repr=False)
+    run_wall_ms: float = 0.0
+    """Wall time of the whole run (every layer, simulation and fallback, and the checks)."""
 
     @property
     def accel_cycles(self) -> int:
@@ -112,6 +114,9 @@ class RunReport:
             "roofline_efficiency": (self.roofline_efficiency if self.backend != "fsim"
                                     else None),
             "fallback_wall_ms": self.fallback_wall_ms,
+            "run_wall_ms": self.run_wall_ms,
+            "fallback_wall_share": (self.fallback_wall_ms / self.run_wall_ms
+                                    if self.run_wall_ms else None),
             "offloaded_mac_share": self.offloaded_mac_share,
             "layers": len(self.layers),
             "accel_layers": sum(layer.target == "accel" for layer in self.layers),
@@ -294,6 +299,7 @@ class Executable:
             Unknown backend or fallback, inputs of the wrong shape or dtype, or layer options
             for a layer that does not run on the accelerator, or that the backend lacks.
         """
+        started = time.perf_counter()
         device = find_backend(backend)
         layer_options = dict(layer_options or {})
         for name, options in layer_options.items():
@@ -342,6 +348,7 @@ class Executable:
             progress(len(g.nodes), len(g.nodes), "done")
         report.check = all(checks) if check else None
         outputs = {name: self._logical(name, env[name]) for name in g.outputs}
+        report.run_wall_ms = (time.perf_counter() - started) * 1000.0
         return outputs, report
 
     def reference(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -383,7 +390,7 @@ class Executable:
                                  backend=device.caps.name, trace=trace, **options)
             region = op.program.regions["out"]
             out_blocked = image.read("out", "int8", region.shape)
-            env[node.outputs[0]] = self._from_blocked(out_blocked, out_t)
+            env[node.outputs[0]] = self._from_blocked(out_blocked, out_t, entry.output_image)
             stats = result.stats
             layer.bound_cycles = entry.bound(op.workload, self.cfg)
             if device.caps.timed:
@@ -413,15 +420,16 @@ class Executable:
         layer.wall_ms = (time.perf_counter() - start) * 1000.0
         return layer, None
 
-    def _blocked_type(self, t: TensorType, block: int) -> TensorType:
-        return TensorType(t.shape, t.dtype, blocked_layout(len(t.shape), self.cfg.batch, block))
+    def _blocked_type(self, t: TensorType, block: int, image: bool) -> TensorType:
+        return TensorType(t.shape, t.dtype,
+                          blocked_layout(len(t.shape), self.cfg.batch, block, image))
 
-    def _from_blocked(self, out: np.ndarray, t: TensorType) -> np.ndarray:
+    def _from_blocked(self, out: np.ndarray, t: TensorType, image: bool) -> np.ndarray:
         """The accelerator's output region as value ``t`` is stored: blocked by ``block_out``
         when its type is blocked, else unpacked to its logical shape."""
         if parse_layout(t.layout) is not None:
             return out.reshape(physical_shape(t))
-        blocked = self._blocked_type(t, self.cfg.block_out)
+        blocked = self._blocked_type(t, self.cfg.block_out, image)
         return to_logical(out.reshape(physical_shape(blocked)), blocked)
 
     def _operand(self, x: np.ndarray, t: TensorType, operand: Operand, wl: Any) -> np.ndarray:
@@ -432,7 +440,7 @@ class Executable:
         if parse_layout(t.layout) is not None:
             return x  # pack_layout gave it the operand's blocked layout already
         block = self.cfg.block_in if operand.block is Block.IN else self.cfg.block_out
-        return to_physical(x, self._blocked_type(t, block))
+        return to_physical(x, self._blocked_type(t, block, operand.image))
 
     def _plain_inputs(self, node: Node, env: dict[str, np.ndarray]) -> list[np.ndarray]:
         return [self._logical(v, env[v]) for v in node.inputs]

@@ -45,11 +45,34 @@ def _conv2d(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
 
 
 def _dense(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
-    return k.dense(xs[0], _param(g, node, "weight"), _param(g, node, "bias"), **_requant(node))
+    x = xs[0]  # any rank: every axis but the last are rows
+    y = k.dense(x.reshape(-1, x.shape[-1]), _param(g, node, "weight"), _param(g, node, "bias"),
+                **_requant(node))
+    return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
 def _add(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
+    if xs[0].dtype.kind == "f":  # a float add broadcasts (ONNX's Add)
+        return k.elementwise("add", xs[0], xs[1])
+    shape = xs[0].shape  # the integer kernel takes NCHW: any other rank as (rows, C, 1, 1)
+    if len(shape) != 4:
+        flat = [x.reshape(-1, shape[-1], 1, 1) for x in xs]
+        return k.add(*flat, **_requant(node)).reshape(shape)
     return k.add(xs[0], xs[1], **_requant(node))
+
+
+def _batch_matmul(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
+    if xs[0].dtype.kind == "f":  # a float graph's, before quantisation: float64, as reference
+        return np.matmul(np.asarray(xs[0], np.float64), np.asarray(xs[1], np.float64)
+                         ).astype(np.float32)
+    return k.batch_matmul(xs[0], xs[1], **_requant(node))
+
+
+def _slice(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
+    a, x = node.attrs, xs[0]
+    axis = int(a.get("axis", 0)) % x.ndim
+    return k.slice_axis(x, axis, int(a.get("start", 0)), int(a.get("stop", x.shape[axis])),
+                        int(a.get("step", 1)))
 
 
 def _pool_args(node: Node) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
@@ -71,6 +94,26 @@ _FALLBACK: dict[str, FallbackFn] = {
     "avg_pool2d": lambda k, node, g, xs: k.avg_pool2d(xs[0], *_pool_args(node)),
     "global_avg_pool": lambda k, node, g, xs: k.global_avg_pool(xs[0]),
     "flatten": _flatten,
+    "batch_matmul": _batch_matmul,
+    "softmax": lambda k, node, g, xs: k.softmax(xs[0], int(node.attrs.get("axis", -1))),
+    "layer_norm": lambda k, node, g, xs: k.layer_norm(
+        xs[0], _param(g, node, "scale"), _param(g, node, "bias"),
+        float(node.attrs.get("epsilon", 1e-5))),
+    "gelu": lambda k, node, g, xs: k.gelu(xs[0], str(node.attrs.get("form", "erf"))),
+    **dict.fromkeys(("sub", "mul", "div", "pow", "sqrt", "erf", "tanh"),
+                    lambda k, node, g, xs: k.elementwise(node.op, *xs)),
+    "where": lambda k, node, g, xs: k.where(_param(g, node, "condition"), xs[0], xs[1]),
+    **dict.fromkeys(("reduce_mean", "reduce_sum", "reduce_max"),
+                    lambda k, node, g, xs: k.reduce(node.op, xs[0],
+                                                    node.attrs.get("axes", range(xs[0].ndim)),
+                                                    bool(node.attrs.get("keepdims", True)))),
+    "transpose": lambda k, node, g, xs: k.transpose(xs[0], node.attrs["perm"]),
+    "reshape": lambda k, node, g, xs: k.reshape(xs[0], node.attrs["shape"]),
+    "take": lambda k, node, g, xs: k.take(xs[0], _param(g, node, "indices"),
+                                          int(node.attrs.get("axis", 0))),
+    "slice": _slice,
+    "concat": lambda k, node, g, xs: k.concat(xs, int(node.attrs.get("axis", 0))),
+    "embedding": lambda k, node, g, xs: k.embedding(xs[0], _param(g, node, "table")),
 }
 
 

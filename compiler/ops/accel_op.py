@@ -58,12 +58,17 @@ class Operand:
         The DRAM region of the program that the input fills.
     block
         The layout it arrives in (:class:`Block`).
+    image
+        Whether a rank-4 value is an ``NCHW`` image (blocked ``NCHW{b}n{c}c``, channels on
+        axis 1) rather than a channels-last tensor (blocked ``TC{b}n{c}c``: every axis but the
+        last are rows).
     pack
         For :attr:`Block.CUSTOM`: ``pack(logical_array, workload, cfg) -> region array``.
     """
 
     region: str
     block: Block = Block.IN
+    image: bool = True
     pack: Callable[[np.ndarray, Any, HwConfig], np.ndarray] | None = None
 
 
@@ -111,6 +116,8 @@ class AccelOp:
         ``macs(workload)``: multiply-accumulates before channel padding.
     dram_bytes
         ``dram_bytes(workload)``: compulsory DRAM bytes (ROOFLINE.md).
+    output_image
+        Whether a rank-4 output is an ``NCHW`` image (see :attr:`Operand.image`).
     """
 
     op: str
@@ -126,6 +133,7 @@ class AccelOp:
     constants: Callable[[Any, Node, Graph, HwConfig], dict[str, np.ndarray]]
     macs: Callable[[Any], int]
     dram_bytes: Callable[[Any], int]
+    output_image: bool = True
 
     def bound(self, workload: Any, cfg: HwConfig) -> float:
         """The roofline bound of ``workload`` on ``cfg`` in cycles (:func:`roofline_bound`)."""

@@ -19,6 +19,7 @@ from accel.machine.dram import pack_weight
 from compiler.errors import LoweringError
 from compiler.graph.ir import Graph, Node
 from compiler.ops.accel_op import AccelOp, Block, Operand
+from compiler.ops.batch_matmul import BATCH_MATMUL
 from compiler.ops.compiled import bias_tiles
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
 from compiler.ops.eltwise import (
@@ -41,7 +42,7 @@ from compiler.ops.matmul import (
 )
 from compiler.tune.space import conv2d_space, matmul_space
 
-__all__ = ["ADD", "CONV2D", "DENSE", "accel_op", "accel_op_for", "accel_ops",
+__all__ = ["ADD", "BATCH_MATMUL", "CONV2D", "DENSE", "accel_op", "accel_op_for", "accel_ops",
            "register_accel_op"]
 
 
@@ -51,6 +52,7 @@ def _pair(v: Any) -> tuple[int, int]:
 
 
 def _input(node: Node, graph: Graph, index: int, ranks: tuple[int, ...]) -> Any:
+    """Input ``index``'s type, which must have one of ``ranks``."""
     t = graph.values[node.inputs[index]]
     if len(t.shape) not in ranks:
         raise LoweringError(f"{node.name} ({node.op}): input {index} has rank {len(t.shape)}, "
@@ -100,10 +102,14 @@ CONV2D = AccelOp(
 
 # ---------------------------------------------------------------------- dense
 def _dense_workload(node: Node, graph: Graph) -> MatmulWorkload:
-    x = _input(node, graph, 0, (2,))
+    """Any rank: every axis of the input but the last are rows (tokens x features)."""
+    x = graph.values[node.inputs[0]]
+    if len(x.shape) < 2:
+        raise LoweringError(f"{node.name} (dense): input of rank {len(x.shape)}, want >= 2")
     w = graph.params[node.attrs["weight"]]
     shift, relu = _requant(node)
-    return MatmulWorkload(x.shape[0], w.shape[1], w.shape[0], node.attrs.get("bias") is not None,
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    return MatmulWorkload(rows, w.shape[1], w.shape[0], node.attrs.get("bias") is not None,
                           shift, relu)
 
 
@@ -119,19 +125,23 @@ DENSE = AccelOp(
     workload=_dense_workload,
     supports=lambda wl, cfg: matmul_fits(wl, MatmulKnobs(), cfg),
     schedule=matmul_schedule, default_knobs=default_matmul_knobs, space=matmul_space,
-    inputs=(Operand("a", Block.IN),), constants=_dense_constants,
-    macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes,
+    inputs=(Operand("a", Block.IN, image=False),), constants=_dense_constants,
+    macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes, output_image=False,
 )
 
 
 # ---------------------------------------------------------------------- residual add
 def _add_workload(node: Node, graph: Graph) -> AddWorkload:
-    x = _input(node, graph, 0, (4,))
-    y = _input(node, graph, 1, (4,))
-    if x.shape != y.shape:
+    """An NCHW image as it is; any other rank as ``(rows, C, 1, 1)``, rows the product of all
+    axes but the last, whose blocked layout is the ``TC`` (``NC``) layout's."""
+    x, y = (graph.values[v] for v in node.inputs)
+    if x.shape != y.shape or len(x.shape) < 2:
         raise LoweringError(f"{node.name} (add): operands of shapes {x.shape} and {y.shape}")
     shift, relu = _requant(node)
-    return AddWorkload(*x.shape, shift, relu)
+    if len(x.shape) == 4:
+        return AddWorkload(*x.shape, shift, relu)
+    rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+    return AddWorkload(rows, x.shape[-1], 1, 1, shift, relu)
 
 
 def _add_supports(wl: AddWorkload, cfg: HwConfig) -> bool:
@@ -150,7 +160,7 @@ ADD = AccelOp(
 
 
 # ---------------------------------------------------------------------- the table
-_BUILTIN: tuple[AccelOp, ...] = (CONV2D, DENSE, ADD)
+_BUILTIN: tuple[AccelOp, ...] = (CONV2D, DENSE, ADD, BATCH_MATMUL)
 _REGISTRY: dict[str, AccelOp] = {entry.op: entry for entry in _BUILTIN}
 
 

@@ -26,7 +26,7 @@ from accel.machine.config import HwConfig
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import blocked_layout, infer_types, parse_layout
 from compiler.graph.passes.common import require_targets, unique_name
-from compiler.ops.accel_op import Block
+from compiler.ops.accel_op import Block, Operand
 from compiler.ops.registry import accel_op
 
 __all__ = ["pack_layout"]
@@ -82,22 +82,22 @@ def pack_layout(graph: Graph, cfg: HwConfig) -> Graph:
         have[v][layout] = name
         return name
 
-    def layout_for(n: Node, v: str, block: Block) -> str:
+    def layout_for(n: Node, v: str, block: Block, image: bool) -> str:
         rank = len(types[v].shape)
-        if n.attrs["target"] == "accel" and rank in (2, 4) and block is not Block.CUSTOM:
+        if n.attrs["target"] == "accel" and rank >= 2 and block is not Block.CUSTOM:
             return blocked_layout(rank, cfg.batch,
-                                  cfg.block_in if block is Block.IN else cfg.block_out)
+                                  cfg.block_in if block is Block.IN else cfg.block_out, image)
         return types[v].layout
 
     for n in g.nodes:
         entry = accel_op(n.op)
-        blocks = [op.block for op in entry.inputs] if entry is not None else \
-            [Block.OUT] * len(n.inputs)
-        n.inputs = [ensure(v, layout_for(n, v, b)) for v, b in zip(n.inputs, blocks,
-                                                                    strict=True)]
+        operands = entry.inputs if entry is not None else \
+            tuple(Operand(v, Block.OUT) for v in n.inputs)
+        n.inputs = [ensure(v, layout_for(n, v, op.block, op.image))
+                    for v, op in zip(n.inputs, operands, strict=True)]
         outputs = []
         for v in n.outputs:
-            layout = layout_for(n, v, Block.OUT)
+            layout = layout_for(n, v, Block.OUT, entry.output_image if entry else True)
             name = v if layout == types[v].layout else f"{v}.{layout}"
             have[v] = {layout: name}
             values[name] = TensorType(types[v].shape, types[v].dtype, layout)
