@@ -6,8 +6,8 @@ the host work each does per encoder layer (the accelerator program and its cycle
 either way):
 
 - **runtime** (what accel does): the head split runs on the fallback as the graph says
-  (``reshape`` then ``transpose``, a copy), and the operand's ``pack`` lays the result into the
-  weight layout when the layer runs (a second copy);
+  (``reshape`` then ``transpose``, both views of the projection's output), and the operand's
+  ``pack`` lays the result into the weight layout when the layer runs (one strided copy);
 - **layout pass**: a pass that gives the head-split value the weight layout as its type, so
   that one strided copy goes from the projection's ``(B, S, H)`` output straight to the weight
   layout (the transpose and the pack fused).

@@ -212,3 +212,40 @@ def test_tanh_gelu_and_errors() -> None:
     bad_model.ir_version = 8
     with pytest.raises(GraphError, match=r"node 'eq_3' \(Equal\): supported only on constants"):
         import_onnx(bad_model)
+
+
+def test_opset17_layer_norm_split_slice_squeeze_gather_against_onnxruntime() -> None:
+    """LayerNormalization (opset 17), Split, Slice, Concat, Unsqueeze / Squeeze, Gather of a
+    token and a Tanh-free float path, imported and compared with onnxruntime in float."""
+    from compiler.graph.reference import run_reference
+
+    rng = np.random.default_rng(4)
+    inits = [_init("gamma", rng.standard_normal(8).astype(np.float32)),
+             _init("beta", rng.standard_normal(8).astype(np.float32)),
+             _init("split", np.array([3, 5], np.int64)),
+             _init("starts", np.array([1], np.int64)), _init("ends", np.array([6], np.int64)),
+             _init("axes", np.array([1], np.int64)), _init("ax0", np.array([0], np.int64)),
+             _init("first", np.int64(0))]
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], name="ln",
+                         axis=-1, epsilon=1e-5),
+        helper.make_node("Split", ["ln", "split"], ["s1", "s2"], name="split", axis=2),
+        helper.make_node("Concat", ["s2", "s1"], ["cat"], name="cat", axis=2),
+        helper.make_node("Slice", ["cat", "starts", "ends", "axes"], ["sl"], name="slice"),
+        helper.make_node("Unsqueeze", ["sl", "ax0"], ["un"], name="unsqueeze"),
+        helper.make_node("Squeeze", ["un", "ax0"], ["sq"], name="squeeze"),
+        helper.make_node("Gather", ["sq", "first"], ["y"], name="token", axis=1),
+    ]
+    graph = helper.make_graph(nodes, "misc",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    g = import_onnx(model)
+    assert [n.op for n in g.nodes] == ["layer_norm", "slice", "slice", "concat", "slice",
+                                       "reshape", "reshape", "take"]
+    x = rng.standard_normal((2, 7, 8)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(run_reference(g, {"x": x})["y"], want, rtol=1e-5, atol=1e-5)

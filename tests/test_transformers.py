@@ -221,3 +221,15 @@ def test_accel_run_bert_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "bert_tiny", "--seq-len", "0"]) == 2
     err = capsys.readouterr().err
     assert err == "accel: error: bert_tiny: seq_len must be an int in 1..512, got 0\n"
+
+
+@pytest.mark.slow
+def test_vit_tiny_is_bit_exact_end_to_end() -> None:
+    """DeiT-Tiny at 224x224 (197 tokens: rows off every block size) on the functional
+    simulator, every layer against the numpy reference network."""
+    exe = accel.compile("vit_tiny", "vta_1x16x16")
+    x, _ = accel.sample_inputs(exe.graph, 1)
+    outputs, report = exe.run(x, backend="fsim", check=True)
+    assert report.check is True and report.offloaded_mac_share == 1.0
+    assert np.array_equal(outputs["head"], exe.reference(x)["head"])
+    assert sum(layer.op == "batch_matmul" for layer in report.layers) == 2 * 12

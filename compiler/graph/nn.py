@@ -124,8 +124,10 @@ def reduce(op: str, x: Any, axes: Sequence[int], keepdims: bool, xp: Any = np) -
 
 
 def transpose(x: Any, perm: Sequence[int], xp: Any = np) -> Any:
-    """``x`` with its axes permuted (a contiguous copy, any dtype)."""
-    return xp.ascontiguousarray(xp.transpose(x, tuple(int(p) for p in perm)))
+    """``x`` with its axes permuted (any dtype). A strided view, not a copy: its reader copies
+    it once into whatever layout it needs (attention's head split goes straight into the
+    weight buffer's layout; see ``compiler.ops.batch_matmul.pack_weight_operand``)."""
+    return xp.transpose(x, tuple(int(p) for p in perm))
 
 
 def reshape(x: Any, shape: Sequence[int], xp: Any = np) -> Any:

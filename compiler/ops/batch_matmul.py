@@ -211,9 +211,13 @@ def pack_weight_operand(b: np.ndarray, wl: BatchMatmulWorkload, cfg: HwConfig) -
     a dense layer's weight is."""
     _, kb, nb = wl.blocks(cfg)
     o, i = cfg.block_out, cfg.block_in
-    padded = np.zeros((wl.g, nb * o, kb * i), dtype=np.int8)
-    padded[:, :wl.n, :wl.k] = np.swapaxes(b.reshape(wl.g, wl.k, wl.n), 1, 2)
-    return np.ascontiguousarray(padded.reshape(wl.g, nb, o, kb, i).transpose(0, 1, 3, 2, 4))
+    rows = np.swapaxes(b.reshape(wl.g, wl.k, wl.n), 1, 2)  # (G, N, K): a view of b
+    if wl.n % o or wl.k % i:  # zero-pad to whole blocks
+        padded = np.zeros((wl.g, nb * o, kb * i), dtype=np.int8)
+        padded[:, :wl.n, :wl.k] = rows
+        rows = padded
+    # One strided copy, from b as the graph holds it (often a transposed view) to the tiles.
+    return np.ascontiguousarray(rows.reshape(wl.g, nb, o, kb, i).transpose(0, 1, 3, 2, 4))
 
 
 def _workload(node: Node, graph: Graph) -> BatchMatmulWorkload:
