@@ -37,6 +37,7 @@ __all__ = [
     "batch_matmul",
     "check_add_args",
     "check_array",
+    "check_batch_matmul_args",
     "check_bias",
     "check_conv2d_args",
     "check_flag",
@@ -825,18 +826,22 @@ def batch_matmul(a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0,
     TypeError, ValueError
         Not int8, shapes that do not multiply, shift outside 0..31.
     """
-    op = "batch_matmul"
+    a, b, shift, relu = check_batch_matmul_args("batch_matmul", a, b, shift, relu)
+    # float64 holds every partial sum of int8 products exactly below 2**39 of them.
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+    acc = _wrap_int32(exact).astype(np.int64) >> shift
+    return np.clip(acc, 0 if relu else _INT8_MIN, _INT8_MAX).astype(np.int8)
+
+
+def check_batch_matmul_args(op: str, a: object, b: object, shift: object, relu: object
+                            ) -> tuple[NDArray[np.int8], NDArray[np.int8], int, bool]:
+    """Validate `batch_matmul`'s operands (TypeError / ValueError naming what was wrong)."""
     a = check_array(op, "a", a, np.int8, None, "(..., M, K)")
     b = check_array(op, "b", b, np.int8, None, "(..., K, N)")
     if a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"{op}: a {a.shape} and b {b.shape} do not multiply (same leading "
                          "axes, (..., M, K) @ (..., K, N))")
-    shift = check_shift(op, shift)
-    relu = check_flag(op, "relu", relu)
-    # float64 holds every partial sum of int8 products exactly below 2**39 of them.
-    exact = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
-    acc = _wrap_int32(exact).astype(np.int64) >> shift
-    return np.clip(acc, 0 if relu else _INT8_MIN, _INT8_MAX).astype(np.int8)
+    return a, b, check_shift(op, shift), check_flag(op, "relu", relu)
 
 
 def softmax(x: NDArray[np.float32], axis: int = -1) -> NDArray[np.float32]:

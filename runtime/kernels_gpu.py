@@ -48,6 +48,7 @@ from runtime import kernels as _np_kernels
 from runtime.kernels import (
     Pair,
     check_array,
+    check_batch_matmul_args,
     check_bias,
     check_conv2d_args,
     check_flag,
@@ -652,7 +653,7 @@ def batch_matmul(a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0,
                  relu: bool = False) -> NDArray[np.int8]:
     """GPU `runtime.kernels.batch_matmul`: exact float64 products, int32 wrap, shift, clip."""
     ops = _Operands(a, b)
-    _np_kernels.batch_matmul(*(np.zeros(v.shape, np.int8) for v in ops.views), shift, relu)
+    _, _, shift, relu = check_batch_matmul_args("batch_matmul", *ops.views, shift, relu)
     cp = _cupy()
     exact = cp.matmul(ops.device(0).astype(cp.float64), ops.device(1).astype(cp.float64))
     acc = _kernel("wrap")(exact).astype(cp.int64) >> int(shift)

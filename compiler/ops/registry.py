@@ -3,9 +3,10 @@
 The partitioner (:func:`compiler.graph.passes.partition.default_supports`), the layout pass,
 the runtime (:class:`runtime.executable.Executable`) and the tuner
 (:func:`compiler.tune.task.make_task`) look operators up here and read their entries; none of
-them names an operator. The built-in entries are conv2d, dense (the matmul schedule) and the
-residual add; an operator of its own module joins with one line in :data:`_BUILTIN`, or at run
-time with :func:`register_accel_op` (tests register one that way).
+them names an operator. The built-in entries are conv2d, dense (the matmul schedule), the
+residual add and batch_matmul (:mod:`compiler.ops.batch_matmul`); an operator of its own
+module joins with one line in :data:`_BUILTIN`, or at run time with
+:func:`register_accel_op` (tests register one that way).
 """
 
 from __future__ import annotations
