@@ -258,6 +258,9 @@ class Executable:
         self.compiled: dict[str, CompiledOp] = {}
         self.packed: dict[str, dict[str, np.ndarray]] = {}
         self.entries: dict[str, AccelOp] = {}
+        self.workloads: dict[str, Any] = {}
+        """Each accelerator node's logical workload (its compiled one may be a physical view
+        of the same bytes, ``AccelOp.physical``)."""
         knobs = knobs or {}
         if tuning_log is not None:
             from compiler.tune.log import as_log
@@ -272,6 +275,7 @@ class Executable:
                                  "accelerator (no registered accelerator operator)")
             wl = entry.workload(node, graph)
             self.entries[node.name] = entry
+            self.workloads[node.name] = wl
             self.compiled[node.name] = entry.compile(wl, cfg, knobs.get(node.name), tuning_log)
             self.packed[node.name] = entry.constants(wl, node, graph, cfg)
 
@@ -390,9 +394,15 @@ class Executable:
                                  backend=device.caps.name, trace=trace, **options)
             region = op.program.regions["out"]
             out_blocked = image.read("out", "int8", region.shape)
-            env[node.outputs[0]] = self._from_blocked(out_blocked, out_t, entry.output_image)
+            if entry.unpack is not None:
+                logical = entry.unpack(out_blocked, op.workload, self.workloads[node.name],
+                                       self.cfg).reshape(out_t.shape)
+                env[node.outputs[0]] = to_physical(logical, out_t)
+            else:
+                env[node.outputs[0]] = self._from_blocked(out_blocked, out_t,
+                                                          entry.output_image)
             stats = result.stats
-            layer.bound_cycles = entry.bound(op.workload, self.cfg)
+            layer.bound_cycles = entry.bound(self.workloads[node.name], self.cfg)
             if device.caps.timed:
                 layer.cycles = result.cycles
                 layer.milliseconds = result.cycles / (self.cfg.clock_mhz * 1000.0)

@@ -118,6 +118,14 @@ class AccelOp:
         ``dram_bytes(workload)``: compulsory DRAM bytes (ROOFLINE.md).
     output_image
         Whether a rank-4 output is an ``NCHW`` image (see :attr:`Operand.image`).
+    physical
+        ``physical(workload, cfg)``: the workload the program is built for, when a view of
+        the same DRAM bytes, or a zero-padded one, tiles better on ``cfg`` (default: the
+        workload itself). MACs, bytes and the roofline bound stay the logical workload's.
+    unpack
+        ``unpack(out_region, physical, logical, cfg) -> array``: the output's logical values
+        (in any shape of its size) from the program's ``out`` region, where ``physical``
+        pads; None: the region is the output in its blocked layout.
     """
 
     op: str
@@ -134,6 +142,8 @@ class AccelOp:
     macs: Callable[[Any], int]
     dram_bytes: Callable[[Any], int]
     output_image: bool = True
+    physical: Callable[[Any, HwConfig], Any] = lambda workload, cfg: workload
+    unpack: Callable[[np.ndarray, Any, Any, HwConfig], np.ndarray] | None = None
 
     def bound(self, workload: Any, cfg: HwConfig) -> float:
         """The roofline bound of ``workload`` on ``cfg`` in cycles (:func:`roofline_bound`)."""
@@ -155,13 +165,15 @@ class AccelOp:
 
     def compile(self, workload: Any, cfg: HwConfig, knobs: Any = None,
                 tuning_log: Any = None) -> Any:
-        """The compiled operator (:class:`compiler.ops.compiled.CompiledOp`), cached.
+        """The compiled operator (:class:`compiler.ops.compiled.CompiledOp`) of
+        ``physical(workload, cfg)``, cached.
 
         Knobs: ``knobs`` when given; else the fastest logged for (``cfg.name``,
         ``workload.signature()``) in ``tuning_log`` when it has one; else the heuristic's.
         """
         from compiler.ops.compiled import compile_cached, logged_knobs
 
+        workload = self.physical(workload, cfg)
         chosen = knobs or (logged_knobs(tuning_log, workload, cfg, self.knobs_type)
                            if tuning_log is not None else None) \
             or self.default_knobs(workload, cfg)

@@ -13,6 +13,8 @@ operator reads. The schedule is the matmul schedule inside a loop over the ``G``
 
 from __future__ import annotations
 
+import functools
+import itertools
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -22,14 +24,21 @@ from compiler.errors import LoweringError
 from compiler.graph.ir import Graph, Node
 from compiler.intrin import gemm_intrinsic
 from compiler.ops.accel_op import AccelOp, Block, Operand
-from compiler.ops.matmul import MatmulKnobs, MatmulWorkload, default_matmul_knobs, matmul_fits
+from compiler.ops.matmul import (
+    MatmulKnobs,
+    MatmulWorkload,
+    default_matmul_knobs,
+    estimate_matmul_cycles,
+    matmul_fits,
+)
 from compiler.ops.requant import requantize_stages, schedule_requant
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
 from compiler.tune.space import KnobSpace
 
 __all__ = ["BATCH_MATMUL", "BatchMatmulKnobs", "BatchMatmulWorkload", "batch_matmul_compute",
-           "batch_matmul_schedule", "batch_matmul_space", "pack_weight_operand"]
+           "batch_matmul_schedule", "batch_matmul_space", "pack_input_operand",
+           "pack_weight_operand", "physical_workload", "unpack_output"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -205,19 +214,73 @@ def batch_matmul_space(wl: BatchMatmulWorkload, cfg: HwConfig) -> KnobSpace:
     return space
 
 
+def _padded(x: np.ndarray, g: int, rows: int, cols: int) -> np.ndarray:
+    """``x`` as ``(g, r, c)``, zero-padded to ``(g, rows, cols)`` (a view when no padding)."""
+    x = x.reshape(g, x.shape[-2], x.shape[-1])
+    if x.shape[1:] == (rows, cols):
+        return x
+    out = np.zeros((g, rows, cols), dtype=np.int8)
+    out[:, :x.shape[1], :x.shape[2]] = x
+    return out
+
+
+def pack_input_operand(a: np.ndarray, wl: BatchMatmulWorkload, cfg: HwConfig) -> np.ndarray:
+    """The first operand ``(..., M, K)`` (logical, int8) in the inp layout ``(G, M/b, K/i, b,
+    i)`` of the (possibly padded, :func:`physical_workload`) workload ``wl``."""
+    mb, kb, _ = wl.blocks(cfg)
+    b, i = cfg.batch, cfg.block_in
+    rows = _padded(a, wl.g, mb * b, kb * i)
+    return np.ascontiguousarray(rows.reshape(wl.g, mb, b, kb, i).transpose(0, 1, 3, 2, 4))
+
+
 def pack_weight_operand(b: np.ndarray, wl: BatchMatmulWorkload, cfg: HwConfig) -> np.ndarray:
     """The second operand ``(..., K, N)`` (logical, int8) in the weight buffer's blocked layout
-    ``(G, N/o, K/i, o, i)``: each group's ``b`` transposed and zero-padded to whole blocks, as
-    a dense layer's weight is."""
+    ``(G, N/o, K/i, o, i)`` of the (possibly padded) workload ``wl``: each group's ``b``
+    transposed and zero-padded to whole blocks, as a dense layer's weight is. One strided copy
+    from ``b`` as the graph holds it (often a transposed view)."""
     _, kb, nb = wl.blocks(cfg)
     o, i = cfg.block_out, cfg.block_in
-    rows = np.swapaxes(b.reshape(wl.g, wl.k, wl.n), 1, 2)  # (G, N, K): a view of b
-    if wl.n % o or wl.k % i:  # zero-pad to whole blocks
-        padded = np.zeros((wl.g, nb * o, kb * i), dtype=np.int8)
-        padded[:, :wl.n, :wl.k] = rows
-        rows = padded
-    # One strided copy, from b as the graph holds it (often a transposed view) to the tiles.
+    rows = _padded(np.swapaxes(b.reshape(wl.g, b.shape[-2], b.shape[-1]), 1, 2), wl.g,
+                   nb * o, kb * i)  # (G, N, K)
     return np.ascontiguousarray(rows.reshape(wl.g, nb, o, kb, i).transpose(0, 1, 3, 2, 4))
+
+
+def unpack_output(out: np.ndarray, physical: BatchMatmulWorkload,
+                  logical: BatchMatmulWorkload, cfg: HwConfig) -> np.ndarray:
+    """The output region ``(G, M/b, N/o, b, o)`` of ``physical`` as the logical ``(G, M, N)``
+    of ``logical`` (padding cropped)."""
+    mb, _, nb = physical.blocks(cfg)
+    full = out.reshape(physical.g, mb, nb, cfg.batch, cfg.block_out).transpose(0, 1, 3, 2, 4)
+    full = full.reshape(physical.g, mb * cfg.batch, nb * cfg.block_out)
+    return np.ascontiguousarray(full[:, :logical.m, :logical.n])
+
+
+@functools.lru_cache(maxsize=256)
+def physical_workload(wl: BatchMatmulWorkload, cfg: HwConfig) -> BatchMatmulWorkload:
+    """``wl`` with its rows, reduction and columns zero-padded to block counts that tile well,
+    when the heuristic's estimate says the padding pays: a prime number of blocks (ViT's 197
+    tokens) leaves a tile of one block or of the whole dimension. Candidates: each dimension's
+    block count as it is or rounded up to a multiple of 2, 4 or 8; the padded products are
+    computed (zeros) and cropped."""
+    mb, kb, nb = wl.blocks(cfg)
+
+    def options(n: int) -> list[int]:
+        return sorted({n, *(-(-n // q) * q for q in (2, 4, 8))})
+
+    best: tuple[float, BatchMatmulWorkload] | None = None
+    for m2, k2, n2 in itertools.product(options(mb), options(kb), options(nb)):
+        cand = BatchMatmulWorkload(wl.g, m2 * cfg.batch, k2 * cfg.block_in, n2 * cfg.block_out,
+                                   wl.shift, wl.relu)
+        try:
+            knobs = default_matmul_knobs(cand.matmul(), cfg)
+        except LoweringError:
+            continue
+        cost = wl.g * estimate_matmul_cycles(cand.matmul(), knobs, cfg)
+        if best is None or cost < best[0] * 0.95:  # pad only for a clear gain
+            best = (cost, cand)
+    if best is None or best[1].blocks(cfg) == (mb, kb, nb):
+        return wl
+    return best[1]
 
 
 def _workload(node: Node, graph: Graph) -> BatchMatmulWorkload:
@@ -242,10 +305,10 @@ BATCH_MATMUL = AccelOp(
     knobs_type=BatchMatmulKnobs, workload=_workload, supports=_supports,
     schedule=batch_matmul_schedule, default_knobs=default_batch_matmul_knobs,
     space=batch_matmul_space,
-    inputs=(Operand("a", Block.IN, image=False),
+    inputs=(Operand("a", Block.CUSTOM, image=False, pack=pack_input_operand),
             Operand("b", Block.CUSTOM, image=False, pack=pack_weight_operand)),
     constants=lambda wl, node, graph, cfg: {},
     macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes,
-    output_image=False,
+    output_image=False, physical=physical_workload, unpack=unpack_output,
 )
 

@@ -145,9 +145,20 @@ def _add_workload(node: Node, graph: Graph) -> AddWorkload:
     return AddWorkload(rows, x.shape[-1], 1, 1, shift, relu)
 
 
+def _add_physical(wl: AddWorkload, cfg: HwConfig) -> AddWorkload:
+    """An add of one-pixel images (a transformer's ``(rows, C, 1, 1)`` residual, whose blocked
+    layout is the tokens' ``TC`` one) as the add of one image of ``rows / batch`` rows by
+    ``C / block`` columns of tiles: the same bytes in the same order, but copied a tile row at
+    a time (one DMA per tile row, not one per tile)."""
+    if wl.height != 1 or wl.width != 1 or wl.batch % cfg.batch:
+        return wl
+    return AddWorkload(cfg.batch, cfg.block_out, wl.batch // cfg.batch,
+                       -(-wl.channels // cfg.block_out), wl.shift, wl.relu)
+
+
 def _add_supports(wl: AddWorkload, cfg: HwConfig) -> bool:
     check_add_config(wl, cfg)  # an identity weight tile needs block_in == block_out
-    return fits_add(wl, AddKnobs(), cfg)
+    return fits_add(_add_physical(wl, cfg), AddKnobs(), cfg)
 
 
 ADD = AccelOp(
@@ -156,7 +167,7 @@ ADD = AccelOp(
     schedule=add_schedule, default_knobs=default_add_knobs, space=add_space,
     inputs=(Operand("a", Block.OUT), Operand("b", Block.OUT)),
     constants=lambda wl, node, graph, cfg: {"ident": identity_tile(cfg)},
-    macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes,
+    macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes, physical=_add_physical,
 )
 
 
