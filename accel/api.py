@@ -167,7 +167,8 @@ def add(a: Any, b: Any, shift: int = 0, relu: bool = False,
 
 
 # ---------------------------------------------------------------------- networks
-def load_model(model: Any, batch: int = 1, image_size: int | None = None) -> Any:
+def load_model(model: Any, batch: int = 1, image_size: int | None = None,
+               seq_len: int | None = None) -> Any:
     """A graph from a zoo name (``"resnet18"``), an ``.onnx`` path, or a graph (returned as is).
 
     Raises
@@ -188,7 +189,8 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None) -> Any
         return import_onnx(text)
     from compiler.graph.zoo import load_zoo
 
-    return load_zoo(text, batch=batch, image_size=image_size or 224)
+    return load_zoo(text, batch=batch, image_size=image_size or 224,
+                    seq_len=128 if seq_len is None else seq_len)
 
 
 def sample_inputs(graph: Any, seed: Any = 0, calibration_samples: int = 8
@@ -205,6 +207,9 @@ def sample_inputs(graph: Any, seed: Any = 0, calibration_samples: int = 8
     rng = np.random.default_rng(seed)
     name = graph.inputs[0]
     t = graph.values[name]
+    if np.dtype(t.dtype).kind in "iu" and t.dtype != "int8":  # token ids
+        lo, hi = graph.attrs.get("input_range", {}).get(name, (0, 128))
+        return rng.integers(lo, hi, t.shape).astype(t.dtype), None
     if t.dtype == "float32":
         x = rng.standard_normal(t.shape).astype(np.float32)
         return x, [{name: rng.standard_normal(t.shape).astype(np.float32)}
@@ -215,6 +220,7 @@ def sample_inputs(graph: Any, seed: Any = 0, calibration_samples: int = 8
 def compile(
     model: Any, config: HwConfig | str | None = None, batch: int = 1,
     image_size: int | None = None, calibration: Any = None, knobs: dict[str, Any] | None = None,
+    seq_len: int | None = None,
     tuning_log: Any = None,
 ) -> Any:
     """Compile a network for ``config``: graph passes, partitioning, per-layer programs.
@@ -225,8 +231,8 @@ def compile(
         A zoo name (``"resnet18"``), an ``.onnx`` path, or a :class:`compiler.graph.ir.Graph`.
     config
         The hardware (default: the packaged default).
-    batch, image_size
-        For zoo models.
+    batch, image_size, seq_len
+        For zoo models (``seq_len``: the BERT models' tokens, 128 by default).
     calibration
         Sample float inputs for quantising a float (ONNX) model.
     knobs
@@ -251,7 +257,7 @@ def compile(
 
     cfg = load_config(config) if not isinstance(config, HwConfig) else config
     log = _tuning_log(tuning_log)
-    graph = load_model(model, batch=batch, image_size=image_size)
+    graph = load_model(model, batch=batch, image_size=image_size, seq_len=seq_len)
     graph = optimize(graph, cfg, calibration=calibration)
     return Executable(graph, cfg, knobs=knobs, tuning_log=log)
 

@@ -113,14 +113,16 @@ def print_report(report: Any, out: Any = None) -> None:
     """The per-layer table and the totals."""
     out = out or sys.stdout
     header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
-              f"{'ms':>8} {'util':>5} {'DRAM KB':>8} {'bw':>4}  largest stall")
+              f"{'bound':>10} {'roof':>5} {'ms':>8} {'util':>5} {'DRAM KB':>8} {'bw':>4}  "
+              f"largest stall")
     print(header, file=out)
     print("-" * len(header), file=out)
     for layer in report.layers:
         shape = "x".join(str(s) for s in layer.output_shape)
         ms = layer.milliseconds if layer.target == "accel" else layer.wall_ms
         print(f"{layer.name:<22.22} {layer.op:<16.16} {shape:<17.17} {layer.target:<6} "
-              f"{_fmt(layer.cycles, 'd'):>10} {_fmt(ms, '.3f'):>8} "
+              f"{_fmt(layer.cycles, 'd'):>10} {_fmt(layer.bound_cycles, '.0f'):>10} "
+              f"{_fmt(layer.roofline_efficiency, '.2f'):>5} {_fmt(ms, '.3f'):>8} "
               f"{_fmt(layer.gemm_utilization, '.2f'):>5} {_fmt(layer.dram_kb, '.1f'):>8} "
               f"{_fmt(layer.dram_bandwidth_share, '4.0%'):>4}  "
               f"{layer.largest_stall or ''}", file=out)
@@ -130,10 +132,17 @@ def print_report(report: Any, out: Any = None) -> None:
     if cycles is not None:
         print(f"accelerator: {cycles} cycles = {t['accel_ms']:.3f} ms at "
               f"{report.clock_mhz:g} MHz ({report.backend}, {report.config})", file=out)
+        print(f"roofline: bound {t['bound_cycles']:.0f} cycles, efficiency "
+              f"{_fmt(t['roofline_efficiency'], '.3f')} (sum of bounds / sum of cycles over "
+              "accelerator layers)", file=out)
     else:
-        print(f"accelerator: functional only ({report.backend}, {report.config})", file=out)
-    print(f"fallback ({report.fallback}): {t['fallback_wall_ms']:.1f} ms wall; "
-          f"MACs offloaded: {100 * t['offloaded_mac_share']:.2f}%", file=out)
+        print(f"accelerator: functional only ({report.backend}, {report.config}); roofline "
+              f"bound {t['bound_cycles']:.0f} cycles", file=out)
+    share = t.get("fallback_wall_share")
+    print(f"fallback ({report.fallback}): {t['fallback_wall_ms']:.1f} ms wall"
+          + (f" ({100 * share:.1f}% of the run's {t['run_wall_ms'] / 1000:.2f} s)"
+             if share is not None else "")
+          + f"; MACs offloaded: {100 * t['offloaded_mac_share']:.2f}%", file=out)
     plan = report.memory_plan
     if plan.get("peak_bytes"):
         print(f"DRAM plan: peak {plan['peak_bytes'] / 1024:.0f} KB vs naive "
@@ -157,7 +166,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     is_onnx = str(args.model).endswith(".onnx")
     started = time.perf_counter()
     try:
-        graph = accel.load_model(args.model, batch=args.batch, image_size=args.image_size)
+        graph = accel.load_model(args.model, batch=args.batch, image_size=args.image_size,
+                                 seq_len=args.seq_len)
         x, calibration = accel.sample_inputs(graph, args.seed)
         exe = accel.compile(graph, cfg, calibration=calibration, tuning_log=args.tuning_log)
     except (GraphError, LoweringError) as exc:
@@ -176,7 +186,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise CliError(f"--vcd: no layer of {graph.name} runs on the accelerator")
     try:
         outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
-                                  trace=out_dir is not None and args.backend != "fsim",
+                                  trace=out_dir is not None and args.backend != "fsim"
+                                  and not args.no_trace,
                                   progress=_progress(sys.stderr),
                                   layer_options={dumped: {"vcd": dump}} if dumped else None)
     except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
@@ -186,8 +197,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if dump is not None:
         layer = next(layer for layer in report.layers if layer.name == dumped)
         print(vcd_summary(dump, layer.cycles, f"layer {dumped}"))
+    from compiler.ops.registry import accel_op
+
     unfit = [layer.name for layer in report.layers
-             if layer.target != "accel" and layer.op in ("conv2d", "dense")]
+             if layer.target != "accel" and accel_op(layer.op) is not None]
     if unfit:
         print(f"note: {len(unfit)} layer(s) do not fit the buffers of {cfg.name} and ran on the "
               f"{args.fallback} fallback: {', '.join(unfit[:6])}"
@@ -210,9 +223,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         report.write_csv(out_dir / "layers.csv")
         if args.backend != "fsim":
             report.plot_utilization(out_dir / "utilization.png")
-            report.write_trace(out_dir / "trace.json")
+            if not args.no_trace:
+                report.write_trace(out_dir / "trace.json")
         print(f"wrote {out_dir}/report.json, layers.csv"
-              + (", utilization.png, trace.json" if args.backend != "fsim" else ""))
+              + (", utilization.png" if args.backend != "fsim" else "")
+              + (", trace.json" if args.backend != "fsim" and not args.no_trace else ""))
     return 1 if check and report.check is False else 0
 
 
@@ -249,15 +264,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_config_list)
 
     p = sub.add_parser("run", help="run a network (zoo name or .onnx) through a backend")
-    p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50) or an .onnx file")
+    p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50, bert_tiny, "
+                   "bert_base, vit_tiny) or an .onnx file")
     p.add_argument("--config", help="hardware config name or YAML path")
     p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"])
     p.add_argument("--fallback", default="cpu", choices=["cpu", "gpu"],
                    help="where operators the accelerator cannot run go")
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--image-size", type=int, default=None, help="zoo input size (default 224)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="ResNet input size (default 224)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="BERT tokens per sequence (default 128)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input")
     p.add_argument("--out", help="write report.json, layers.csv, utilization.png, trace.json")
+    p.add_argument("--no-trace", action="store_true",
+                   help="with --out, no trace.json (a BERT-base trace runs to gigabytes)")
     p.add_argument("--check", dest="check", action="store_true", default=None,
                    help="compare every layer with the numpy reference (default for zoo models)")
     p.add_argument("--no-check", dest="check", action="store_false")

@@ -6,7 +6,8 @@
     accel tune resnet18 --config vta_1x16x16 --tuner ga --log vta.jsonl
     accel run resnet18 --tuning-log tuning.jsonl    # then compile with the best knobs found
 
-For every distinct accelerator conv2d workload, the heuristic's knobs are measured first (the
+For every distinct accelerator workload (conv2d, dense, batch_matmul, the residual add: each
+operator's registry entry gives its knob space), the heuristic's knobs are measured first (the
 baseline, logged with tuner ``heuristic``), then the tuner measures ``--trials`` settings on
 the timing simulator in ``--workers`` processes; every measurement is appended to the log.
 Layers of a model that differ only in their shift amount or ReLU have identical timing
@@ -86,10 +87,9 @@ def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[
     import accel
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
-    from compiler.ops.conv2d import Conv2dWorkload
-
     try:
-        graph = accel.load_model(args.target, batch=args.batch, image_size=args.image_size)
+        graph = accel.load_model(args.target, batch=args.batch, image_size=args.image_size,
+                                 seq_len=args.seq_len)
         calibration = None
         first = graph.values[graph.inputs[0]]
         if first.dtype == "float32":  # a float ONNX model: quantise as accel run does
@@ -102,15 +102,14 @@ def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[
     except (GraphError, LoweringError) as exc:
         raise TuneError(str(exc)) from None
     classes: dict[tuple[Any, ...], tuple[list[str], list[Any]]] = {}
-    for node, op in exe.compiled.items():
+    for node, op in exe.compiled.items():  # every accelerator operator has a knob space
         wl = op.workload
-        if isinstance(wl, Conv2dWorkload):
-            nodes, members = classes.setdefault(timing_class(wl), ([], []))
-            nodes.append(node)
-            if wl not in members:
-                members.append(wl)
+        nodes, members = classes.setdefault((type(wl).__name__, timing_class(wl)), ([], []))
+        nodes.append(node)
+        if wl not in members:
+            members.append(wl)
     if not classes:
-        raise TuneError(f"{args.target}: no conv2d layer runs on the accelerator of {cfg.name}")
+        raise TuneError(f"{args.target}: no layer runs on the accelerator of {cfg.name}")
     out = []
     for nodes, members in classes.values():
         label = nodes[0] + (f" (+{len(nodes) - 1})" if len(nodes) > 1 else "")
@@ -119,14 +118,18 @@ def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[
 
 
 def _short(wl: Any) -> str:
-    return (f"{wl.height}x{wl.width} {wl.in_channels}->{wl.out_channels} "
-            f"k{wl.kernel_h} s{wl.stride_h}")
+    if hasattr(wl, "kernel_h"):  # a conv2d
+        return (f"{wl.height}x{wl.width} {wl.in_channels}->{wl.out_channels} "
+                f"k{wl.kernel_h} s{wl.stride_h}")
+    return wl.signature().rsplit("_sh", 1)[0]  # e.g. matmul_m128_k768_n768_b1
 
 
 def _knob_text(knobs: Any) -> str:
     from compiler.ops.conv2d import TILE_ORDERS
 
     k = knobs.to_dict()
+    if "tile_order" not in k:
+        return " ".join(f"{name}={value}" for name, value in k.items())
     return (f"b{k['tile_b']} h{k['tile_h']} w{k['tile_w']} ci{k['tile_ci']} co{k['tile_co']} "
             f"t{k['oc_nthread']}x{k['h_nthread']} {TILE_ORDERS[k['tile_order']]}")
 
@@ -201,7 +204,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
             progress.show(n, label, f"done: {len(result.trials)} trials", end=True)
             rows.append((label, wl, len(task.space), len(result.trials), base.cycles,
                          best.cycles if best else None, best.knobs if best else None))
-    print(f"{'layer':<20} {'conv2d':<24} {'space':>6} {'trials':>6} {'heuristic':>10} "
+    print(f"{'layer':<20} {'workload':<24} {'space':>6} {'trials':>6} {'heuristic':>10} "
           f"{'tuned':>10} {'speedup':>7}  best knobs")
     for label, wl, space, trials, base_c, best_c, knobs in rows:
         if base_c is None:
@@ -224,10 +227,10 @@ def add_parsers(subparsers: Any) -> None:
     from compiler.tune.tuners import TUNERS
 
     p = subparsers.add_parser(
-        "tune", help="tune conv2d schedules on the timing simulator (model or layer list)")
+        "tune", help="tune layer schedules on the timing simulator (model or layer list)")
     p.add_argument("target", metavar="MODEL|LAYER-LIST",
-                   help="zoo model (resnet18, ...) or .onnx file: every distinct conv2d; or "
-                        "ResNet-18 layers like C2,C3,C9 or C2-C12")
+                   help="zoo model (resnet18, bert_base, ...) or .onnx file: every distinct "
+                        "accelerator layer; or ResNet-18 layers like C2,C3,C9 or C2-C12")
     p.add_argument("--config", help="hardware config name or YAML path")
     p.add_argument("--trials", type=int, default=64, help="measured settings per layer")
     p.add_argument("--tuner", default="xgb", choices=list(TUNERS),
@@ -239,5 +242,7 @@ def add_parsers(subparsers: Any) -> None:
                    help="measurement processes (default: min(2, CPUs))")
     p.add_argument("--batch", type=int, default=1, help="batch size of the layers")
     p.add_argument("--image-size", type=int, default=None,
-                   help="zoo model input size (default 224)")
+                   help="ResNet input size (default 224)")
+    p.add_argument("--seq-len", type=int, default=None,
+                   help="BERT tokens per sequence (default 128)")
     p.set_defaults(func=cmd_tune)

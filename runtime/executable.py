@@ -1,11 +1,13 @@
 """Executables: a partitioned graph whose accelerator nodes are compiled, run node by node.
 
-Accelerator nodes (``target == "accel"``: conv2d, dense) run as compiled programs on a device
-backend (:mod:`runtime.backends`); their outputs stay in the accelerator's blocked layout while
+Accelerator nodes (``target == "accel"``) run as compiled programs on a device backend
+(:mod:`runtime.backends`), compiled, laid out and measured as their registry entry says
+(:mod:`compiler.ops.registry`); their outputs stay in the accelerator's blocked layout while
 the next node is also on the accelerator, and are converted only at partition boundaries
 (``layout_pack`` / ``layout_unpack`` nodes, or on demand). Every other node runs on the fallback
-kernels (numpy on the CPU, or CuPy on a GPU). Each node's cycles, utilisation, DRAM traffic and
-stalls (accelerator) or wall time (fallback) go into a :class:`RunReport`.
+kernels (numpy on the CPU, or CuPy on a GPU; :mod:`runtime.fallback`). Each node's cycles,
+utilisation, roofline bound and efficiency, DRAM traffic and stalls (accelerator) or wall time
+(fallback) go into a :class:`RunReport`.
 """
 
 from __future__ import annotations
@@ -20,15 +22,15 @@ from typing import Any
 import numpy as np
 
 from accel.machine.config import HwConfig
-from accel.machine.dram import pack_weight, unpack_activation
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
-from compiler.graph.ops import blocked_layout, parse_layout
+from compiler.graph.ops import blocked_layout, parse_layout, physical_shape
+from compiler.graph.passes.common import node_macs
 from compiler.graph.reference import run_node, to_logical, to_physical
-from compiler.ops.compiled import CompiledOp, compile_conv2d, compile_matmul
-from compiler.ops.conv2d import Conv2dWorkload
-from compiler.ops.eltwise import AddWorkload, compile_add, identity_tile
-from compiler.ops.matmul import MatmulWorkload
+from compiler.ops.accel_op import AccelOp, Block, Operand, roofline_efficiency
+from compiler.ops.compiled import CompiledOp
+from compiler.ops.registry import accel_op
 from runtime.backends import fallback_kernels, find_backend, prefetch_timing, run_program
+from runtime.fallback import fallback_kernel
 
 __all__ = ["Executable", "LayerReport", "RunReport"]
 
@@ -48,6 +50,10 @@ class LayerReport:
     cycles: int | None = None
     milliseconds: float | None = None
     gemm_utilization: float | None = None
+    bound_cycles: float | None = None
+    """Roofline bound (ROOFLINE.md) of an accelerator layer, in cycles."""
+    roofline_efficiency: float | None = None
+    """``bound_cycles / cycles`` (None without cycles)."""
     dram_kb: float | None = None
     dram_bytes_per_cycle: float | None = None
     dram_bandwidth_share: float | None = None
@@ -70,6 +76,8 @@ class RunReport:
     check: bool | None = None
     memory_plan: dict[str, Any] = field(default_factory=dict)
     traces: list[tuple[str, int, Any]] = field(default_factory=list, repr=False)
+    run_wall_ms: float = 0.0
+    """Wall time of the whole run (every layer, simulation and fallback, and the checks)."""
 
     @property
     def accel_cycles(self) -> int:
@@ -78,6 +86,17 @@ class RunReport:
     @property
     def accel_ms(self) -> float:
         return self.accel_cycles / (self.clock_mhz * 1000.0)
+
+    @property
+    def bound_cycles(self) -> float:
+        """Sum of the roofline bounds of the accelerator layers."""
+        return sum(layer.bound_cycles or 0.0 for layer in self.layers if layer.target == "accel")
+
+    @property
+    def roofline_efficiency(self) -> float | None:
+        """Sum of the accelerator layers' bounds over the sum of their cycles (ROOFLINE.md);
+        None without cycles (fsim)."""
+        return roofline_efficiency(self.bound_cycles, self.accel_cycles)
 
     @property
     def fallback_wall_ms(self) -> float:
@@ -93,7 +112,13 @@ class RunReport:
         return {
             "accel_cycles": self.accel_cycles if self.backend != "fsim" else None,
             "accel_ms": self.accel_ms if self.backend != "fsim" else None,
+            "bound_cycles": self.bound_cycles,
+            "roofline_efficiency": (self.roofline_efficiency if self.backend != "fsim"
+                                    else None),
             "fallback_wall_ms": self.fallback_wall_ms,
+            "run_wall_ms": self.run_wall_ms,
+            "fallback_wall_share": (self.fallback_wall_ms / self.run_wall_ms
+                                    if self.run_wall_ms else None),
             "offloaded_mac_share": self.offloaded_mac_share,
             "layers": len(self.layers),
             "accel_layers": sum(layer.target == "accel" for layer in self.layers),
@@ -115,8 +140,9 @@ class RunReport:
         import io
 
         cols = ["name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
-                "milliseconds", "gemm_utilization", "dram_kb", "dram_bytes_per_cycle",
-                "dram_bandwidth_share", "largest_stall", "wall_ms", "check"]
+                "milliseconds", "gemm_utilization", "bound_cycles", "roofline_efficiency",
+                "dram_kb", "dram_bytes_per_cycle", "dram_bandwidth_share", "largest_stall",
+                "wall_ms", "check"]
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(cols)
@@ -204,10 +230,6 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    return (int(v[0]), int(v[1])) if isinstance(v, (tuple, list)) else (int(v), int(v))
-
-
 class Executable:
     """A compiled network for one config.
 
@@ -221,9 +243,14 @@ class Executable:
     knobs
         Optional per-node knobs (node name -> knobs).
     tuning_log
-        Optional tuning log (:class:`compiler.tune.log.TuningLog` or path): conv2d and dense
-        nodes without explicit knobs use the fastest knobs it holds for their workload on
-        ``cfg``, else the heuristic's.
+        Optional tuning log (:class:`compiler.tune.log.TuningLog` or path): accelerator nodes
+        without explicit knobs use the fastest knobs it holds for their workload on ``cfg``,
+        else the heuristic's.
+
+    Raises
+    ------
+    GraphError
+        A node marked ``accel`` whose operator has no registry entry.
     """
 
     def __init__(self, graph: Graph, cfg: HwConfig, knobs: dict[str, Any] | None = None,
@@ -233,56 +260,27 @@ class Executable:
         self.cfg = cfg
         self.compiled: dict[str, CompiledOp] = {}
         self.packed: dict[str, dict[str, np.ndarray]] = {}
+        self.entries: dict[str, AccelOp] = {}
+        self.workloads: dict[str, Any] = {}
+        """Each accelerator node's logical workload (its compiled one may be a physical view
+        of the same bytes, ``AccelOp.physical``)."""
         knobs = knobs or {}
         if tuning_log is not None:
             from compiler.tune.log import as_log
 
             tuning_log = as_log(tuning_log)  # read once for every node
         for node in graph.nodes:
-            if node.attrs.get("target") == "accel":
-                self.compiled[node.name] = self._compile(node, knobs.get(node.name),
-                                                         tuning_log)
-
-    # ------------------------------------------------------------------ compilation
-    def _workload(self, node: Node) -> Conv2dWorkload | MatmulWorkload | AddWorkload:
-        a = node.attrs
-        shape = self.graph.values[node.inputs[0]].shape  # types keep logical shapes
-        if node.op == "add":
-            return AddWorkload(*shape, int(a.get("shift", 0)), bool(a.get("relu", False)))
-        w = self.graph.params[a["weight"]]
-        if node.op == "conv2d":
-            (sh, sw), (ph, pw) = _pair(a.get("stride", 1)), _pair(a.get("padding", 0))
-            return Conv2dWorkload(shape[0], shape[1], shape[2], shape[3], w.shape[0],
-                                  w.shape[2], w.shape[3], sh, sw, ph, pw,
-                                  a.get("bias") is not None, int(a.get("shift", 0)),
-                                  bool(a.get("relu", False)))
-        if node.op == "dense":
-            return MatmulWorkload(shape[0], w.shape[1], w.shape[0], a.get("bias") is not None,
-                                  int(a.get("shift", 0)), bool(a.get("relu", False)))
-        raise GraphError(f"node {node.name}: {node.op} cannot run on the accelerator")
-
-    def _compile(self, node: Node, knobs: Any, tuning_log: Any = None) -> CompiledOp:
-        wl = self._workload(node)
-        cfg = self.cfg
-        if isinstance(wl, AddWorkload):
-            add_op = compile_add(wl, cfg, knobs)
-            self.packed[node.name] = {"ident": identity_tile(cfg)}
-            return add_op
-        w = self.graph.params[node.attrs["weight"]]
-        bias = node.attrs.get("bias")
-        if isinstance(wl, Conv2dWorkload):
-            op = compile_conv2d(wl, cfg, knobs, tuning_log=tuning_log)
-            packed = {"kernel": pack_weight(w, cfg.block_out, cfg.block_in)}
-            channels = w.shape[0]
-        else:
-            op = compile_matmul(wl, cfg, knobs, tuning_log=tuning_log)
-            packed = {"b": pack_weight(np.ascontiguousarray(w)[:, :, None, None],
-                                       cfg.block_out, cfg.block_in)[:, :, 0, 0]}
-            channels = w.shape[0]
-        if bias is not None:
-            packed["bias"] = op.bias_tiles(self.graph.params[bias], channels)
-        self.packed[node.name] = packed
-        return op
+            if node.attrs.get("target") != "accel":
+                continue
+            entry = accel_op(node.op)
+            if entry is None:
+                raise GraphError(f"{graph.name}: node {node.name}: {node.op} cannot run on the "
+                                 "accelerator (no registered accelerator operator)")
+            wl = entry.workload(node, graph)
+            self.entries[node.name] = entry
+            self.workloads[node.name] = wl
+            self.compiled[node.name] = entry.compile(wl, cfg, knobs.get(node.name), tuning_log)
+            self.packed[node.name] = entry.constants(wl, node, graph, cfg)
 
     # ------------------------------------------------------------------ running
     def run(
@@ -308,6 +306,7 @@ class Executable:
             Unknown backend or fallback, inputs of the wrong shape or dtype, or layer options
             for a layer that does not run on the accelerator, or that the backend lacks.
         """
+        started = time.perf_counter()
         device = find_backend(backend)
         layer_options = dict(layer_options or {})
         for name, options in layer_options.items():
@@ -356,6 +355,7 @@ class Executable:
             progress(len(g.nodes), len(g.nodes), "done")
         report.check = all(checks) if check else None
         outputs = {name: self._logical(name, env[name]) for name in g.outputs}
+        report.run_wall_ms = (time.perf_counter() - started) * 1000.0
         return outputs, report
 
     def reference(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -366,10 +366,11 @@ class Executable:
         k = fallback_kernels("cpu")
         for node in g.nodes:
             args = [env[v] for v in node.inputs]
+            kernel = fallback_kernel(node.op)
             if node.op in ("layout_pack", "layout_unpack"):
                 env[node.outputs[0]] = args[0]  # the reference keeps every value plain
-            elif node.op in _KERNEL_OPS:
-                env[node.outputs[0]] = _apply(node.op, node.attrs, args, g.params, k)
+            elif kernel is not None:
+                env[node.outputs[0]] = kernel(k, node, g, args)
             else:
                 env[node.outputs[0]] = run_node(node, args, g)
         return {name: env[name] for name in g.outputs}
@@ -384,33 +385,34 @@ class Executable:
         out_t = g.values[node.outputs[0]]
         layer = LayerReport(node.name, node.op, node.attrs.get("target", "cpu"),
                             [list(g.values[v].shape) for v in node.inputs],
-                            list(out_t.shape), _macs(node, g))
+                            list(out_t.shape), node_macs(node, g))
         if layer.target == "accel":
             op = self.compiled[node.name]
-            x = env[node.inputs[0]]
+            entry = self.entries[node.name]
             args = dict(self.packed[node.name])
-            blocked = _as_blocked(x, g.values[node.inputs[0]].layout, self.cfg)
-            if isinstance(op.workload, AddWorkload):
-                args["a"] = blocked
-                args["b"] = _as_blocked(env[node.inputs[1]], g.values[node.inputs[1]].layout,
-                                        self.cfg)
-            elif isinstance(op.workload, Conv2dWorkload):
-                args["data"] = blocked
-            else:
-                args["a"] = blocked
+            for v, operand in zip(node.inputs, entry.inputs, strict=True):
+                args[operand.region] = self._operand(env[v], g.values[v], operand, op.workload)
             image = op.dram(**args)
             result = run_program(op.program, image, config=self.cfg,
                                  backend=device.caps.name, trace=trace, **options)
             region = op.program.regions["out"]
             out_blocked = image.read("out", "int8", region.shape)
-            env[node.outputs[0]] = out_blocked if out_t.layout not in ("NCHW", "NC") else \
-                self._unblock(out_blocked, out_t.shape)
+            if entry.unpack is not None:
+                logical = entry.unpack(out_blocked, op.workload, self.workloads[node.name],
+                                       self.cfg).reshape(out_t.shape)
+                env[node.outputs[0]] = to_physical(logical, out_t)
+            else:
+                env[node.outputs[0]] = self._from_blocked(out_blocked, out_t,
+                                                          entry.output_image)
             stats = result.stats
+            layer.bound_cycles = entry.bound(self.workloads[node.name], self.cfg)
             if device.caps.timed:
                 layer.cycles = result.cycles
                 layer.milliseconds = result.cycles / (self.cfg.clock_mhz * 1000.0)
                 layer.gemm_utilization = layer.macs / (result.cycles *
                                                        self.cfg.peak_macs_per_cycle)
+                layer.roofline_efficiency = roofline_efficiency(layer.bound_cycles,
+                                                                result.cycles)
             if not device.caps.module_stats:
                 d = stats.to_dict()
                 moved = d.get("dram_bytes_read", 0) + d.get("dram_bytes_written", 0) \
@@ -434,80 +436,49 @@ class Executable:
         layer.wall_ms = (time.perf_counter() - start) * 1000.0
         return layer, None
 
-    def _unblock(self, blocked: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        if blocked.ndim == 4:
-            return unpack_activation(blocked[:, :, None, None], (*shape, 1, 1))[:, :, 0, 0]
-        return unpack_activation(blocked, shape)  # type: ignore[arg-type]
+    def _blocked_type(self, t: TensorType, block: int, image: bool) -> TensorType:
+        return TensorType(t.shape, t.dtype,
+                          blocked_layout(len(t.shape), self.cfg.batch, block, image))
+
+    def _from_blocked(self, out: np.ndarray, t: TensorType, image: bool) -> np.ndarray:
+        """The accelerator's output region as value ``t`` is stored: blocked by ``block_out``
+        when its type is blocked, else unpacked to its logical shape."""
+        if parse_layout(t.layout) is not None:
+            return out.reshape(physical_shape(t))
+        blocked = self._blocked_type(t, self.cfg.block_out, image)
+        return to_logical(out.reshape(physical_shape(blocked)), blocked)
+
+    def _operand(self, x: np.ndarray, t: TensorType, operand: Operand, wl: Any) -> np.ndarray:
+        """Graph value ``x`` (stored as ``t`` says) laid out for ``operand``'s DRAM region."""
+        if operand.block is Block.CUSTOM:
+            assert operand.pack is not None, "a custom operand packs itself"
+            return operand.pack(to_logical(x, t), wl, self.cfg)
+        if parse_layout(t.layout) is not None:
+            return x  # pack_layout gave it the operand's blocked layout already
+        block = self.cfg.block_in if operand.block is Block.IN else self.cfg.block_out
+        return to_physical(x, self._blocked_type(t, block, operand.image))
 
     def _plain_inputs(self, node: Node, env: dict[str, np.ndarray]) -> list[np.ndarray]:
         return [self._logical(v, env[v]) for v in node.inputs]
 
     def _fallback(self, node: Node, env: dict[str, np.ndarray], k: Any) -> np.ndarray:
         """Run ``node`` with the fallback kernel module ``k`` (numpy or CuPy)."""
-        g, a = self.graph, node.attrs
+        g = self.graph
         if node.op == "layout_pack":
             (x,) = self._plain_inputs(node, env)
             return to_physical(x, g.values[node.outputs[0]])
         if node.op == "layout_unpack":
             return self._logical(node.inputs[0], env[node.inputs[0]])
         xs = self._plain_inputs(node, env)
-        if node.op in _KERNEL_OPS:
-            return _apply(node.op, a, xs, g.params, k)
+        kernel = fallback_kernel(node.op)
+        if kernel is not None:
+            return kernel(k, node, g, xs)
         return run_node(node, xs, g)
 
     def _check_node(self, node: Node, env: dict[str, np.ndarray], ref: Any) -> bool:
-        if node.op not in _KERNEL_OPS:
+        kernel = fallback_kernel(node.op)
+        if kernel is None:
             return True  # layout changes and quantisation run on the reference code itself
-        want = _apply(node.op, node.attrs, self._plain_inputs(node, env), self.graph.params, ref)
+        want = kernel(ref, node, self.graph, self._plain_inputs(node, env))
         got = self._logical(node.outputs[0], env[node.outputs[0]])
         return bool(np.array_equal(np.asarray(got), np.asarray(want)))
-
-
-def _apply(op: str, a: dict[str, Any], xs: list[np.ndarray], params: dict[str, np.ndarray],
-           k: Any) -> np.ndarray:
-    """One integer operator on plain-layout inputs through kernel module ``k``."""
-    bias = params[a["bias"]] if a.get("bias") is not None else None
-    if op == "conv2d":
-        return k.conv2d(xs[0], params[a["weight"]], bias, stride=_pair(a.get("stride", 1)),
-                        padding=_pair(a.get("padding", 0)), shift=int(a.get("shift", 0)),
-                        relu=bool(a.get("relu", False)))
-    if op == "dense":
-        return k.dense(xs[0], params[a["weight"]], bias, shift=int(a.get("shift", 0)),
-                       relu=bool(a.get("relu", False)))
-    if op == "add":
-        return k.add(xs[0], xs[1], shift=int(a.get("shift", 0)), relu=bool(a.get("relu", False)))
-    if op == "relu":
-        return k.relu(xs[0])
-    if op == "max_pool2d":
-        return k.max_pool2d(xs[0], _pair(a["kernel"]), _pair(a.get("stride", a["kernel"])),
-                            _pair(a.get("padding", 0)))
-    if op == "avg_pool2d":
-        return k.avg_pool2d(xs[0], _pair(a["kernel"]), _pair(a.get("stride", a["kernel"])),
-                            _pair(a.get("padding", 0)))
-    if op == "global_avg_pool":
-        return k.global_avg_pool(xs[0])
-    if op == "flatten":
-        return np.ascontiguousarray(xs[0]).reshape(xs[0].shape[0], -1)
-    raise GraphError(f"operator {op!r} has no fallback kernel")
-
-
-_KERNEL_OPS = frozenset({"conv2d", "dense", "add", "relu", "max_pool2d", "avg_pool2d",
-                         "global_avg_pool", "flatten"})
-"""Integer operators the fallback kernel modules implement; the rest (quantize, dequantize,
-constant) run on :func:`compiler.graph.reference.run_node`, their one definition."""
-
-
-def _macs(node: Node, g: Graph) -> int:
-    if node.op not in ("conv2d", "dense"):
-        return 0
-    w = g.params[node.attrs["weight"]]
-    per_output = int(np.prod(w.shape[1:]))
-    return int(np.prod(g.values[node.outputs[0]].shape)) * per_output
-
-
-def _as_blocked(x: np.ndarray, layout: str, cfg: HwConfig) -> np.ndarray:
-    """``x`` in the accelerator's blocked layout (unchanged if it already is)."""
-    if parse_layout(layout) is not None:
-        return x
-    return to_physical(x, TensorType(x.shape, str(x.dtype),
-                                     blocked_layout(x.ndim, cfg.batch, cfg.block_in)))

@@ -28,12 +28,16 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
+from compiler.graph import nn
+
 __all__ = [
     "FLOAT32_CHUNK_K",
     "add",
     "avg_pool2d",
+    "batch_matmul",
     "check_add_args",
     "check_array",
+    "check_batch_matmul_args",
     "check_bias",
     "check_conv2d_args",
     "check_flag",
@@ -41,17 +45,29 @@ __all__ = [
     "check_matmul_args",
     "check_pair",
     "check_shift",
+    "concat",
     "conv2d",
     "conv2d_acc",
     "dense",
+    "elementwise",
+    "embedding",
+    "gelu",
     "global_avg_pool",
     "is_int",
+    "layer_norm",
     "matmul",
     "matmul_acc",
     "max_pool2d",
     "pool_windows",
+    "reduce",
     "relu",
     "requantize",
+    "reshape",
+    "slice_axis",
+    "softmax",
+    "take",
+    "transpose",
+    "where",
 ]
 
 #: Largest reduction length that one float32 GEMM may sum: 1024 products of at most
@@ -783,3 +799,102 @@ def check_matmul_args(
     a, b = check_matmul(op, a, b, "b")
     return (a, b, check_bias(op, bias, b.shape[1]), check_shift(op, shift),
             check_flag(op, "relu", relu))
+
+
+# --------------------------------------------------------------------------- transformers
+# The float operators and the data movement are defined once, for numpy and CuPy alike, in
+# compiler.graph.nn (float64 inside, float32 out); these are their numpy fallbacks.
+
+
+def batch_matmul(a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0,
+                 relu: bool = False) -> NDArray[np.int8]:
+    """Per group: ``clip(relu?((a @ b) >> shift))`` with int32 accumulation (wrap-around).
+
+    Parameters
+    ----------
+    a : ndarray, shape (..., M, K), int8
+    b : ndarray, shape (..., K, N), int8, the same leading axes
+    shift, relu
+        As `matmul` (no bias).
+
+    Returns
+    -------
+    ndarray, shape (..., M, N), int8
+
+    Raises
+    ------
+    TypeError, ValueError
+        Not int8, shapes that do not multiply, shift outside 0..31.
+    """
+    a, b, shift, relu = check_batch_matmul_args("batch_matmul", a, b, shift, relu)
+    # float64 holds every partial sum of int8 products exactly below 2**39 of them.
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+    acc = _wrap_int32(exact).astype(np.int64) >> shift
+    return np.clip(acc, 0 if relu else _INT8_MIN, _INT8_MAX).astype(np.int8)
+
+
+def check_batch_matmul_args(op: str, a: object, b: object, shift: object, relu: object
+                            ) -> tuple[NDArray[np.int8], NDArray[np.int8], int, bool]:
+    """Validate `batch_matmul`'s operands (TypeError / ValueError naming what was wrong)."""
+    a = check_array(op, "a", a, np.int8, None, "(..., M, K)")
+    b = check_array(op, "b", b, np.int8, None, "(..., K, N)")
+    if a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"{op}: a {a.shape} and b {b.shape} do not multiply (same leading "
+                         "axes, (..., M, K) @ (..., K, N))")
+    return a, b, check_shift(op, shift), check_flag(op, "relu", relu)
+
+
+def softmax(x: NDArray[np.float32], axis: int = -1) -> NDArray[np.float32]:
+    """Softmax along ``axis`` (:func:`compiler.graph.nn.softmax`)."""
+    return nn.softmax(x, axis)  # type: ignore[no-any-return]
+
+
+def layer_norm(x: NDArray[np.float32], gamma: NDArray[np.float32], beta: NDArray[np.float32],
+               epsilon: float = 1e-5) -> NDArray[np.float32]:
+    """Layer normalisation over the last axis (:func:`compiler.graph.nn.layer_norm`)."""
+    return nn.layer_norm(x, gamma, beta, epsilon)  # type: ignore[no-any-return]
+
+
+def gelu(x: NDArray[np.float32], form: str = "erf") -> NDArray[np.float32]:
+    """GELU, ``erf`` or ``tanh`` form (:func:`compiler.graph.nn.gelu`)."""
+    return nn.gelu(x, form)  # type: ignore[no-any-return]
+
+
+def elementwise(op: str, *args: NDArray[Any]) -> NDArray[np.float32]:
+    """A float elementwise operator with broadcasting (:func:`compiler.graph.nn.elementwise`)."""
+    return nn.elementwise(op, args)  # type: ignore[no-any-return]
+
+
+def where(cond: NDArray[Any], x: NDArray[Any], y: NDArray[Any]) -> NDArray[np.float32]:
+    """``x`` where ``cond`` else ``y`` (:func:`compiler.graph.nn.where`)."""
+    return nn.where(cond, x, y)  # type: ignore[no-any-return]
+
+
+def reduce(op: str, x: NDArray[Any], axes: Sequence[int], keepdims: bool = True
+           ) -> NDArray[np.float32]:
+    """A float reduction (:func:`compiler.graph.nn.reduce`)."""
+    return nn.reduce(op, x, axes, keepdims)  # type: ignore[no-any-return]
+
+
+def transpose(x: NDArray[Any], perm: Sequence[int]) -> NDArray[Any]:
+    return nn.transpose(x, perm)  # type: ignore[no-any-return]
+
+
+def reshape(x: NDArray[Any], shape: Sequence[int]) -> NDArray[Any]:
+    return nn.reshape(x, shape)  # type: ignore[no-any-return]
+
+
+def take(x: NDArray[Any], indices: NDArray[Any], axis: int) -> NDArray[Any]:
+    return nn.take(x, indices, axis)  # type: ignore[no-any-return]
+
+
+def slice_axis(x: NDArray[Any], axis: int, start: int, stop: int, step: int = 1) -> NDArray[Any]:
+    return nn.slice_axis(x, axis, start, stop, step)  # type: ignore[no-any-return]
+
+
+def concat(xs: Sequence[NDArray[Any]], axis: int) -> NDArray[Any]:
+    return nn.concat(xs, axis)  # type: ignore[no-any-return]
+
+
+def embedding(ids: NDArray[Any], table: NDArray[Any]) -> NDArray[Any]:
+    return nn.embedding(ids, table)  # type: ignore[no-any-return]

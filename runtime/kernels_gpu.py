@@ -43,10 +43,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from compiler.graph import nn
 from runtime import kernels as _np_kernels
 from runtime.kernels import (
     Pair,
     check_array,
+    check_batch_matmul_args,
     check_bias,
     check_conv2d_args,
     check_flag,
@@ -62,16 +64,29 @@ __all__ = [
     "add",
     "available",
     "avg_pool2d",
+    "batch_matmul",
+    "concat",
     "conv2d",
     "conv2d_acc",
     "dense",
+    "elementwise",
+    "embedding",
+    "gelu",
     "global_avg_pool",
+    "layer_norm",
     "matmul",
     "matmul_acc",
     "max_pool2d",
+    "reduce",
     "relu",
     "requantize",
+    "reshape",
+    "slice_axis",
+    "softmax",
+    "take",
+    "transpose",
     "unavailable_reason",
+    "where",
 ]
 
 #: Largest reduction length for which a float64 GEMM of int8 values is exact (K * 2**14 <= 2**53).
@@ -628,3 +643,80 @@ def add(
     relu = check_flag(op, "relu", relu)
     out = _kernel("add")(ops.device(0), ops.device(1), np.int32(shift), relu)
     return ops.result(out)
+
+
+# --------------------------------------------------------------------------- transformers
+# compiler.graph.nn defines these for any array module; here they run with xp = cupy.
+
+
+def batch_matmul(a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0,
+                 relu: bool = False) -> NDArray[np.int8]:
+    """GPU `runtime.kernels.batch_matmul`: exact float64 products, int32 wrap, shift, clip."""
+    ops = _Operands(a, b)
+    _, _, shift, relu = check_batch_matmul_args("batch_matmul", *ops.views, shift, relu)
+    cp = _cupy()
+    exact = cp.matmul(ops.device(0).astype(cp.float64), ops.device(1).astype(cp.float64))
+    acc = _kernel("wrap")(exact).astype(cp.int64) >> int(shift)
+    return ops.result(cp.clip(acc, 0 if relu else -128, 127).astype(cp.int8))
+
+
+def _nn_call(fn: Any, arrays: tuple[Any, ...], *args: Any) -> Any:
+    """``fn(*arrays on the device, *args, xp=cupy)``, the result where the operands were."""
+    ops = _Operands(*arrays)
+    out = fn(*(ops.device(i) for i in range(len(arrays))), *args, xp=_cupy())
+    return ops.result(out)
+
+
+def softmax(x: NDArray[np.float32], axis: int = -1) -> NDArray[np.float32]:
+    return _nn_call(nn.softmax, (x,), axis)  # type: ignore[no-any-return]
+
+
+def layer_norm(x: NDArray[np.float32], gamma: NDArray[np.float32], beta: NDArray[np.float32],
+               epsilon: float = 1e-5) -> NDArray[np.float32]:
+    return _nn_call(nn.layer_norm, (x, gamma, beta), epsilon)  # type: ignore[no-any-return]
+
+
+def gelu(x: NDArray[np.float32], form: str = "erf") -> NDArray[np.float32]:
+    return _nn_call(nn.gelu, (x,), form)  # type: ignore[no-any-return]
+
+
+def elementwise(op: str, *args: NDArray[Any]) -> NDArray[np.float32]:
+    ops = _Operands(*args)
+    out = nn.elementwise(op, [ops.device(i) for i in range(len(args))], xp=_cupy())
+    return ops.result(out)  # type: ignore[no-any-return]
+
+
+def where(cond: NDArray[Any], x: NDArray[Any], y: NDArray[Any]) -> NDArray[np.float32]:
+    return _nn_call(nn.where, (cond, x, y))  # type: ignore[no-any-return]
+
+
+def reduce(op: str, x: NDArray[Any], axes: Any, keepdims: bool = True) -> NDArray[np.float32]:
+    ops = _Operands(x)
+    out = nn.reduce(op, ops.device(0), axes, keepdims, xp=_cupy())
+    return ops.result(out)  # type: ignore[no-any-return]
+
+
+def transpose(x: NDArray[Any], perm: Any) -> NDArray[Any]:
+    return _nn_call(nn.transpose, (x,), perm)  # type: ignore[no-any-return]
+
+
+def reshape(x: NDArray[Any], shape: Any) -> NDArray[Any]:
+    return _nn_call(nn.reshape, (x,), shape)  # type: ignore[no-any-return]
+
+
+def take(x: NDArray[Any], indices: NDArray[Any], axis: int) -> NDArray[Any]:
+    return _nn_call(nn.take, (x, indices), axis)  # type: ignore[no-any-return]
+
+
+def slice_axis(x: NDArray[Any], axis: int, start: int, stop: int, step: int = 1) -> NDArray[Any]:
+    return _nn_call(nn.slice_axis, (x,), axis, start, stop, step)  # type: ignore[no-any-return]
+
+
+def concat(xs: Any, axis: int) -> NDArray[Any]:
+    ops = _Operands(*xs)
+    out = nn.concat([ops.device(i) for i in range(len(xs))], axis, xp=_cupy())
+    return ops.result(out)  # type: ignore[no-any-return]
+
+
+def embedding(ids: NDArray[Any], table: NDArray[Any]) -> NDArray[Any]:
+    return _nn_call(nn.embedding, (ids, table))  # type: ignore[no-any-return]

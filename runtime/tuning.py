@@ -1,10 +1,11 @@
 """Measurements for the tuners: build a knob setting and time it on the timing simulator.
 
 :class:`SimMeasure` is the ``measure`` callable of :meth:`compiler.tune.tuners.Tuner.tune`: it
-builds each setting of a batch (uncached, :func:`compiler.ops.compiled.conv2d_program`) and runs
-only the SimPy timing model on it (``TimingSimulator(cfg).run(program, Dram())``: cycles depend
-on neither data nor DRAM addresses), in forked worker processes, one setting per worker at a
-time. A setting that fails to build is reported with its error and never simulated.
+builds each setting of a batch (uncached, :func:`build_program`, through the operator's registry
+entry) and runs only the SimPy timing model on it (``TimingSimulator(cfg).run(program,
+Dram())``: cycles depend on neither data nor DRAM addresses), in forked worker processes, one
+setting per worker at a time. A setting that fails to build is reported with its error and
+never simulated.
 
 Measurements are deterministic, so they are cached by (config name, operator signature,
 knobs): a setting measured once, by any tuner or seed, is answered from the cache (and still
@@ -24,15 +25,13 @@ from typing import Any
 from accel.machine.config import HwConfig
 from accel.machine.dram import Dram
 from compiler.errors import LoweringError
-from compiler.ops.compiled import conv2d_program, matmul_program
-from compiler.ops.conv2d import Conv2dWorkload
-from compiler.ops.matmul import MatmulWorkload
+from compiler.ops.registry import accel_op_for
 from compiler.tune.log import TuningLog, as_log
 from compiler.tune.task import Task
 from compiler.tune.tuners import MeasureResult
 from sim.timing import TimingSimulator
 
-__all__ = ["SimMeasure", "default_workers", "measure_knobs"]
+__all__ = ["SimMeasure", "build_program", "default_workers", "measure_knobs"]
 
 CacheKey = tuple[str, str, tuple[tuple[str, int], ...]]
 
@@ -42,16 +41,28 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def measure_knobs(workload: Conv2dWorkload | MatmulWorkload, cfg: HwConfig,
-                  knobs: Any) -> MeasureResult:
+def build_program(workload: Any, cfg: HwConfig, knobs: Any) -> Any:
+    """``workload`` built with ``knobs``, uncached, by its operator's registry entry.
+
+    Raises
+    ------
+    compiler.errors.LoweringError
+        Knobs the schedule or a pass rejects.
+    TypeError
+        No registered accelerator operator takes that workload.
+    """
+    entry = accel_op_for(workload)
+    if entry is None:
+        raise TypeError(f"no accelerator operator takes a {type(workload).__name__}")
+    return entry.program(workload, cfg, knobs)
+
+
+def measure_knobs(workload: Any, cfg: HwConfig, knobs: Any) -> MeasureResult:
     """Build ``workload`` with ``knobs`` and return its cycles on the timing simulator, or the
     build error (then nothing is simulated)."""
     start = time.perf_counter()
     try:
-        if isinstance(workload, Conv2dWorkload):
-            program = conv2d_program(workload, cfg, knobs)
-        else:
-            program = matmul_program(workload, cfg, knobs)
+        program = build_program(workload, cfg, knobs)
     except LoweringError as exc:
         return MeasureResult(None, f"build: {exc}", time.perf_counter() - start)
     stats = TimingSimulator(cfg).run(program, Dram())

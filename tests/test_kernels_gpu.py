@@ -394,3 +394,30 @@ def test_errors_are_identical(
     got = _error(getattr(kernels_gpu, name), args, kwargs)
     assert type(got) is type(want)
     assert re.fullmatch(re.escape(str(want)), str(got)), (str(got), str(want))
+
+
+# --------------------------------------------------------------------------- transformers
+def test_transformer_kernels_match_numpy() -> None:
+    """Integer kernels and data movement bit for bit; float kernels within one float32 ulp."""
+    rng = np.random.default_rng(37)
+    a, b = rand_int8(rng, (2, 3, 17, 24)), rand_int8(rng, (2, 3, 24, 9))
+    for shift, relu in ((0, False), (7, True), (31, False)):
+        same("batch_matmul", a, b, shift, relu)
+    same("transpose", a, (0, 2, 1, 3))
+    same("reshape", a, (6, 17, 24))
+    same("take", a, np.array(0), 2)
+    same("slice_axis", a, 3, 1, 20, 3)
+    same("concat", [a, a[:, :1]], 1)
+    same("embedding", rng.integers(0, 50, (2, 7)), rand_int8(rng, (50, 16)))
+    x = (rng.standard_normal((3, 5, 96)) * 4).astype(np.float32)
+    gamma = rng.standard_normal(96).astype(np.float32)
+    beta = rng.standard_normal(96).astype(np.float32)
+    for name, args in (("softmax", (x, -1)), ("layer_norm", (x, gamma, beta, 1e-12)),
+                       ("gelu", (x, "erf")), ("gelu", (x, "tanh")),
+                       ("elementwise", ("div", x, gamma + 9)), ("elementwise", ("erf", x)),
+                       ("reduce", ("reduce_mean", x, (2,), True)),
+                       ("where", (gamma > 0, x, beta))):
+        want = getattr(kernels, name)(*args)
+        got = getattr(kernels_gpu, name)(*args)
+        assert type(got) is np.ndarray and got.dtype == want.dtype == np.float32
+        np.testing.assert_array_max_ulp(got, want, maxulp=1)

@@ -36,6 +36,15 @@ def test_run_writes_report_files(tmp_path: Path, capsys: pytest.CaptureFixture[s
     cycles = report["totals"]["accel_cycles"]
     assert cycles == sum(layer["cycles"] or 0 for layer in report["layers"]) > 0
     assert f"accelerator: {cycles} cycles" in text
+    # The roofline, per layer and in the totals: the sum of the bounds over the sum of cycles.
+    assert {"bound", "roof"} <= set(text.splitlines()[0].split())
+    totals = report["totals"]
+    bounds = [layer["bound_cycles"] for layer in report["layers"] if layer["target"] == "accel"]
+    assert totals["bound_cycles"] == pytest.approx(sum(bounds))
+    assert totals["roofline_efficiency"] == pytest.approx(totals["bound_cycles"] / cycles)
+    assert 0 < totals["roofline_efficiency"] <= 1
+    assert (f"roofline: bound {totals['bound_cycles']:.0f} cycles, efficiency "
+            f"{totals['roofline_efficiency']:.3f}") in text
     rows = (out_dir / "layers.csv").read_text().splitlines()
     assert len(rows) == 1 + len(report["layers"])
     assert (out_dir / "utilization.png").read_bytes()[:4] == b"\x89PNG"

@@ -163,7 +163,7 @@ def test_no_invalid_setting_is_measured(name: str, tiny: HwConfig, tmp_path: Pat
 
     # Settings with one-pixel-wide tiles fail to build here, as a setting the static filter
     # cannot foresee would: they must be reported, never simulated, counted or logged.
-    real_build = runtime.tuning.conv2d_program
+    real_build = runtime.tuning.build_program
 
     def build(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs) -> Any:
         if knobs.tile_w == 1:
@@ -178,7 +178,7 @@ def test_no_invalid_setting_is_measured(name: str, tiny: HwConfig, tmp_path: Pat
         simulated.append(program.meta["knobs"]["tile_w"])
         return real_run(self, program, dram)
 
-    monkeypatch.setattr(runtime.tuning, "conv2d_program", build)
+    monkeypatch.setattr(runtime.tuning, "build_program", build)
     monkeypatch.setattr(sim.timing.TimingSimulator, "run", run)
     task = _task(LAYER_A, tiny)
     log = TuningLog(tmp_path / "log.jsonl")
@@ -372,19 +372,20 @@ def test_cli_tune_then_run_with_the_log(tmp_path: Path, capsys: pytest.CaptureFi
                  "--log", str(log), "--seed", "1"]) == 0
     captured = capsys.readouterr()
     records = TuningLog(log).records()
-    # Two conv2d layers: the heuristic's knobs, then four trials each.
-    assert [r.tuner for r in records].count("heuristic") == 2
-    assert [r.tuner for r in records].count("xgb") == 8
-    assert len({r.op for r in records}) == 2
+    # Every accelerator layer (two conv2d, the residual add, the dense classifier): the
+    # heuristic's knobs, then four trials each.
+    assert [r.tuner for r in records].count("heuristic") == 4
+    assert [r.tuner for r in records].count("xgb") == 16
+    assert {r.op.split("_")[0] for r in records} == {"conv2d", "add", "matmul"}
     lines = captured.out.splitlines()
-    assert lines[0].split()[:4] == ["layer", "conv2d", "space", "trials"]
+    assert lines[0].split()[:4] == ["layer", "workload", "space", "trials"]
     assert len([line for line in lines if line.startswith("conv")]) == 2
-    assert f"log: {log} (10 records" in captured.out
-    assert "[1/2] conv1" in captured.err and "xgb 4/4 trials" in captured.err
+    assert f"log: {log} (20 records" in captured.out
+    assert "[1/4] conv1" in captured.err and "xgb 4/4 trials" in captured.err
     assert main(["run", str(model), "--config", "tiny", "--tuning-log", str(log),
                  "--backend", "fsim", "--check"]) == 0
     out = capsys.readouterr().out
-    assert "2 of 4 accelerator layers use logged knobs" in out
+    assert "4 of 4 accelerator layers use logged knobs" in out
     assert "bit-exact with the numpy reference network" in out
 
 

@@ -251,7 +251,7 @@ def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
     item = point.workload
     model = item.param("path") if item.kind == "onnx" else item.workload
     graph = accel.load_model(model, batch=item.param("batch", 1),
-                             image_size=item.param("image_size"))
+                             image_size=item.param("image_size"), seq_len=item.param("seq_len"))
     x, calibration = accel.sample_inputs(graph, _seed(point))
     exe = accel.compile(graph, cfg, calibration=calibration)
     _, report = exe.run(x, backend=point.backend, fallback="cpu", check=point.check,

@@ -17,7 +17,7 @@ Layout::
       - resnet18: C2-C4         # ResNet-18 conv layers (TVM's C1-C12): names, ranges, lists
       - conv2d: {name: small, in_channels: 16, size: 8, out_channels: 16, kernel: 3}
       - model: resnet18         # a whole zoo model: one row per accelerated layer
-        image_size: 32          #   (optional: batch, image_size)
+        image_size: 32          #   (optional: batch, image_size, seq_len)
       - onnx: net.onnx          # an ONNX file (relative to the spec), as a whole model
     backend: sim                # fsim | sim | rtl
     metrics: [cycles, gemm_utilization, dram_bytes, stalls, area]   # default: all given
@@ -67,7 +67,7 @@ _TOP_KEYS = ("name", "description", "base", "mode", "axes", "workloads", "backen
              "area", "traces", "check", "seed")
 _CONV2D_KEYS = ("name", "batch", "in_channels", "size", "height", "width", "out_channels",
                 "kernel", "stride", "padding", "bias", "shift", "relu")
-_MODEL_KEYS = ("batch", "image_size")
+_MODEL_KEYS = ("batch", "image_size", "seq_len")
 _AREA_TARGETS = ("ecp5", "ice40", "xilinx")
 _LAYER_RE = re.compile(r"^[Cc](\d+)$")
 

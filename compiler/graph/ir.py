@@ -17,7 +17,18 @@ max_pool2d          kernel (h, w), stride (h, w), padding (h, w)
 avg_pool2d          kernel, stride, padding;   global_avg_pool: -
 constant            value (param name): no inputs; a constant tensor that feeds a value
                     input (front ends; removed or produced by constant folding)
+batch_matmul        shift, relu: two int8 inputs (..., M, K) @ (..., K, N) (attention)
+embedding           table (int8 (V, H) param): integer ids in, table rows out
+reshape, transpose  shape; perm (data movement, any dtype)
+take, slice         indices (param), axis; axis, start, stop, step
+concat              axis (one or more inputs)
 ==================  =====================================================================
+
+dense takes inputs of any rank >= 2 (every axis but the last are rows). Float operators that
+stay float on the fallback (see :mod:`compiler.graph.nn`): softmax (axis), layer_norm (scale,
+bias params, epsilon), gelu (form ``erf`` / ``tanh``), sub / mul / div / pow / sqrt / erf /
+tanh and a float add (broadcasting), where (condition param), reduce_mean / reduce_sum /
+reduce_max (axes, keepdims).
 
 Float operators come from front ends (ONNX) and are removed by quantisation: conv2d, dense and
 add with float dtypes, batch_norm (scale, bias, mean, var, epsilon params), quantize /

@@ -32,9 +32,11 @@ __all__ = [
     "OpPattern",
     "blocked_layout",
     "infer_types",
+    "layout_fits",
     "op_pattern",
     "parse_layout",
     "physical_shape",
+    "register_op",
 ]
 
 
@@ -52,7 +54,8 @@ InferFn = Callable[[Node, list[TensorType], Graph], list[TensorType]]
 
 @dataclass(frozen=True)
 class OpDef:
-    """One operator: name, fusion category, number of value inputs, type inference."""
+    """One operator: name, fusion category, number of value inputs (-1: one or more), type
+    inference."""
 
     name: str
     pattern: OpPattern
@@ -61,30 +64,44 @@ class OpDef:
 
 
 # --------------------------------------------------------------------------- layouts
-_LAYOUT = re.compile(r"^(NCHW|NC)(\d+)n(\d+)c$")
+_LAYOUT = re.compile(r"^(NCHW|NC|TC)(\d+)n(\d+)c$")
 
 
 def parse_layout(layout: str) -> tuple[str, int, int] | None:
-    """Split a blocked layout ``NCHW{b}n{c}c`` / ``NC{b}n{c}c`` into (base, b, c).
+    """Split a blocked layout ``NCHW{b}n{c}c`` / ``NC{b}n{c}c`` / ``TC{b}n{c}c`` into
+    (base, b, c).
 
-    Returns None for the plain layouts (``NCHW``, ``NC``, ``ANY``).
+    ``TC`` is a channels-last tensor of any rank >= 3 (tokens x channels: every axis but the
+    last counts as rows), blocked as the ``(rows, C)`` matrix would be in ``NC``. Returns None
+    for the plain layouts (``NCHW``, ``NC``, ``ANY``).
     """
     m = _LAYOUT.match(layout)
     return None if m is None else (m.group(1), int(m.group(2)), int(m.group(3)))
 
 
-def blocked_layout(rank: int, batch: int, block: int) -> str:
-    """The blocked layout name of a rank-4 (NCHW) or rank-2 (NC) value."""
-    return f"{'NCHW' if rank == 4 else 'NC'}{batch}n{block}c"
+def layout_fits(base: str, rank: int) -> bool:
+    """Can a value of ``rank`` have a blocked layout of ``base``?"""
+    return {"NCHW": rank == 4, "NC": rank == 2}.get(base, rank >= 3)
+
+
+def blocked_layout(rank: int, batch: int, block: int, image: bool = True) -> str:
+    """The blocked layout name of a value: ``NCHW`` for a rank-4 image, ``NC`` for rank 2,
+    ``TC`` for any other channels-last tensor (rank 4 with ``image=False``)."""
+    base = "NC" if rank == 2 else "NCHW" if rank == 4 and image else "TC"
+    return f"{base}{batch}n{block}c"
 
 
 def physical_shape(t: TensorType) -> tuple[int, ...]:
     """Shape of the array that stores a value: its logical shape, or the blocked shape
-    ``(N/b, C/c, H, W, b, c)`` (``(N/b, C/c, b, c)`` for ``NC``), rounded up."""
+    ``(N/b, C/c, H, W, b, c)`` (``(N/b, C/c, b, c)`` for ``NC``; ``(R/b, C/c, b, c)`` for
+    ``TC``, ``R`` the product of all axes but the last), rounded up."""
     parsed = parse_layout(t.layout)
     if parsed is None:
         return t.shape
-    _, b, c = parsed
+    base, b, c = parsed
+    if base == "TC":
+        rows = int(np.prod(t.shape[:-1], dtype=np.int64))
+        return (-(-rows // b), -(-t.shape[-1] // c), b, c)
     n, ch = t.shape[0], t.shape[1]
     return (-(-n // b), -(-ch // c), *t.shape[2:], b, c)
 
@@ -167,16 +184,27 @@ def _infer_conv2d(node: Node, ins: list[TensorType], graph: Graph) -> list[Tenso
 
 def _infer_dense(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
     (x,) = ins
-    _rank(graph, node, x, 2, "input")
+    if len(x.shape) < 2:
+        raise _err(graph, node, f"input must have rank >= 2, got {x}")
     w = _param(graph, node, "weight")
     if w is None or w.ndim != 2:
         raise _err(graph, node, "needs a 2-D (N, K) 'weight' param")
-    if w.shape[1] != x.shape[1]:
+    if w.shape[1] != x.shape[-1]:
         raise _err(graph, node, f"weight {w.shape} has K={w.shape[1]}, input {x} has "
-                   f"K={x.shape[1]}")
+                   f"K={x.shape[-1]}")
     _check_bias(graph, node, x.dtype, w.shape[0])
     _check_requant(graph, node, x.dtype, w)
-    return [TensorType((x.shape[0], w.shape[0]), x.dtype)]
+    return [TensorType((*x.shape[:-1], w.shape[0]), x.dtype)]
+
+
+def _infer_batch_matmul(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    a, b = ins
+    if len(a.shape) < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
+        raise _err(graph, node, f"operands {a} and {b} do not multiply (same leading axes, "
+                   "(..., M, K) @ (..., K, N))")
+    dtype = _same_dtype(graph, node, ins)
+    _check_requant(graph, node, dtype, None)
+    return [TensorType((*a.shape[:-1], b.shape[-1]), dtype)]
 
 
 def _check_bias(graph: Graph, node: Node, dtype: str, channels: int) -> None:
@@ -205,11 +233,139 @@ def _check_requant(graph: Graph, node: Node, dtype: str, w: np.ndarray | None) -
 
 def _infer_add(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
     a, b = ins
+    dtype = _same_dtype(graph, node, ins)
+    if _is_float(dtype):  # a float add broadcasts, as ONNX's Add
+        return _infer_broadcast(node, ins, graph)
     if a.shape != b.shape:
         raise _err(graph, node, f"operands must have one shape, got {a} and {b}")
-    dtype = _same_dtype(graph, node, ins)
     _check_requant(graph, node, dtype, None)
     return [TensorType(a.shape, dtype)]
+
+
+def _broadcast(graph: Graph, node: Node, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise _err(graph, node, f"shapes {', '.join(map(str, shapes))} do not broadcast") \
+            from None
+
+
+def _infer_broadcast(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    """A float elementwise operator with numpy broadcasting."""
+    for t in ins:
+        if not _is_float(t.dtype):
+            raise _err(graph, node, f"{node.op} is a float operator, got {t}")
+    return [TensorType(_broadcast(graph, node, [t.shape for t in ins]), "float32")]
+
+
+def _infer_float(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    """A float operator that keeps its input's shape (softmax, gelu, sqrt, ...)."""
+    (x,) = ins
+    if not _is_float(x.dtype):
+        raise _err(graph, node, f"{node.op} is a float operator, got {x}")
+    if node.op == "gelu" and node.attrs.get("form", "erf") not in ("erf", "tanh"):
+        raise _err(graph, node, f"attribute 'form' must be 'erf' or 'tanh', got "
+                   f"{node.attrs.get('form')!r}")
+    return [TensorType(x.shape, "float32")]
+
+
+def _infer_layer_norm(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    if not _is_float(x.dtype):
+        raise _err(graph, node, f"layer_norm is a float operator, got {x}")
+    for key in ("scale", "bias"):
+        p = _param(graph, node, key)
+        if p is None or p.shape != (x.shape[-1],):
+            raise _err(graph, node, f"param {key!r} must have shape ({x.shape[-1]},)")
+    return [TensorType(x.shape, "float32")]
+
+
+def _infer_where(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    cond = _param(graph, node, "condition")
+    if cond is None:
+        raise _err(graph, node, "needs a constant 'condition' param")
+    (out,) = _infer_broadcast(node, ins, graph)
+    return [TensorType(_broadcast(graph, node, [out.shape, cond.shape]), "float32")]
+
+
+def _axis(graph: Graph, node: Node, rank: int, key: str = "axis") -> int:
+    a = node.attrs.get(key, -1)
+    if not isinstance(a, int | np.integer) or not -rank <= a < rank:
+        raise _err(graph, node, f"attribute {key!r} must be an axis of a rank-{rank} value, "
+                   f"got {a!r}")
+    return int(a) % rank
+
+
+def _infer_reduce(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    if not _is_float(x.dtype):
+        raise _err(graph, node, f"{node.op} is a float operator, got {x}")
+    axes = {int(a) % len(x.shape) for a in node.attrs.get("axes", range(len(x.shape)))}
+    keep = bool(node.attrs.get("keepdims", True))
+    shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape) if keep or i not in axes)
+    return [TensorType(shape, "float32")]
+
+
+def _infer_transpose(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    perm = tuple(int(p) for p in node.attrs.get("perm", ()))
+    if sorted(perm) != list(range(len(x.shape))):
+        raise _err(graph, node, f"attribute 'perm' must permute {len(x.shape)} axes, got "
+                   f"{perm}")
+    return [TensorType(tuple(x.shape[p] for p in perm), x.dtype)]
+
+
+def _infer_reshape(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    shape = tuple(int(s) for s in node.attrs.get("shape", ()))
+    if min(shape, default=1) < 1 or int(np.prod(shape, dtype=np.int64)) != x.size:
+        raise _err(graph, node, f"cannot reshape {x} to {shape}")
+    return [TensorType(shape, x.dtype)]
+
+
+def _infer_take(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    idx = _param(graph, node, "indices")
+    if idx is None or idx.dtype.kind not in "iu":
+        raise _err(graph, node, "needs an integer 'indices' param")
+    axis = _axis(graph, node, len(x.shape))
+    if idx.size and not (-x.shape[axis] <= idx.min() and idx.max() < x.shape[axis]):
+        raise _err(graph, node, f"indices out of range for axis {axis} of {x}")
+    return [TensorType((*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]), x.dtype)]
+
+
+def _infer_slice(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    axis = _axis(graph, node, len(x.shape))
+    a = node.attrs
+    size = len(range(*slice(int(a.get("start", 0)), int(a.get("stop", x.shape[axis])),
+                            int(a.get("step", 1))).indices(x.shape[axis])))
+    if size < 1:
+        raise _err(graph, node, f"the slice of axis {axis} of {x} is empty")
+    return [TensorType((*x.shape[:axis], size, *x.shape[axis + 1:]), x.dtype)]
+
+
+def _infer_concat(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    dtype = _same_dtype(graph, node, ins)
+    axis = _axis(graph, node, len(ins[0].shape))
+    for t in ins:
+        if len(t.shape) != len(ins[0].shape) or any(
+                s != r for i, (s, r) in enumerate(zip(t.shape, ins[0].shape, strict=True))
+                if i != axis):
+            raise _err(graph, node, f"operands {', '.join(map(str, ins))} differ off axis "
+                       f"{axis}")
+    size = sum(t.shape[axis] for t in ins)
+    return [TensorType((*ins[0].shape[:axis], size, *ins[0].shape[axis + 1:]), dtype)]
+
+
+def _infer_embedding(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (ids,) = ins
+    if np.dtype(ids.dtype).kind not in "iu":
+        raise _err(graph, node, f"indices must be integers, got {ids}")
+    table = _param(graph, node, "table")
+    if table is None or table.ndim != 2:
+        raise _err(graph, node, "needs a 2-D 'table' param")
+    return [TensorType((*ids.shape, table.shape[1]), str(table.dtype))]
 
 
 def _infer_same(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
@@ -278,7 +434,7 @@ def _infer_layout(node: Node, ins: list[TensorType], graph: Graph) -> list[Tenso
     (x,) = ins
     layout = node.attrs.get("layout")
     parsed = parse_layout(layout) if isinstance(layout, str) else None
-    if parsed is None or {"NCHW": 4, "NC": 2}[parsed[0]] != len(x.shape):
+    if parsed is None or not layout_fits(parsed[0], len(x.shape)):
         raise _err(graph, node, f"attribute 'layout' must be a blocked layout for {x}, got "
                    f"{layout!r}")
     return [TensorType(x.shape, x.dtype)]
@@ -298,7 +454,28 @@ _I, _R, _C, _O = (OpPattern.INJECTIVE, OpPattern.REDUCTION, OpPattern.COMPLEX_OU
 OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("conv2d", _C, 1, _infer_conv2d),
     OpDef("dense", _C, 1, _infer_dense),
+    OpDef("batch_matmul", _C, 2, _infer_batch_matmul),
     OpDef("add", _I, 2, _infer_add),
+    OpDef("sub", _I, 2, _infer_broadcast),
+    OpDef("mul", _I, 2, _infer_broadcast),
+    OpDef("div", _I, 2, _infer_broadcast),
+    OpDef("pow", _I, 2, _infer_broadcast),
+    OpDef("sqrt", _I, 1, _infer_float),
+    OpDef("erf", _I, 1, _infer_float),
+    OpDef("tanh", _I, 1, _infer_float),
+    OpDef("gelu", _I, 1, _infer_float),
+    OpDef("where", _I, 2, _infer_where),
+    OpDef("softmax", _R, 1, _infer_float),
+    OpDef("layer_norm", _R, 1, _infer_layer_norm),
+    OpDef("reduce_mean", _R, 1, _infer_reduce),
+    OpDef("reduce_sum", _R, 1, _infer_reduce),
+    OpDef("reduce_max", _R, 1, _infer_reduce),
+    OpDef("transpose", _I, 1, _infer_transpose),
+    OpDef("reshape", _I, 1, _infer_reshape),
+    OpDef("take", _I, 1, _infer_take),
+    OpDef("slice", _I, 1, _infer_slice),
+    OpDef("concat", _I, -1, _infer_concat),
+    OpDef("embedding", _I, 1, _infer_embedding),
     OpDef("relu", _I, 1, _infer_same),
     OpDef("flatten", _I, 1, _infer_flatten),
     OpDef("max_pool2d", _R, 1, _infer_pool),
@@ -311,6 +488,12 @@ OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("layout_unpack", _I, 1, _infer_layout),
     OpDef("constant", _O, 0, _infer_constant),
 )}
+
+
+def register_op(opdef: OpDef) -> None:
+    """Add (or replace) operator ``opdef.name`` (an operator of a test or an extension joins
+    the graph IR here)."""
+    OPS[opdef.name] = opdef
 
 
 def op_pattern(op: str) -> OpPattern:
@@ -359,8 +542,10 @@ def infer_types(graph: Graph) -> Graph:
         if n.op not in OPS:
             raise GraphError(f"{g.name}: node {n.name} uses unknown operator {n.op!r}")
         d = OPS[n.op]
-        if len(n.inputs) != d.arity or len(n.outputs) != 1:
-            raise _err(g, n, f"takes {d.arity} input(s) and gives 1 output, got "
+        arity_ok = len(n.inputs) >= 1 if d.arity < 0 else len(n.inputs) == d.arity
+        if not arity_ok or len(n.outputs) != 1:
+            want = "one or more" if d.arity < 0 else str(d.arity)
+            raise _err(g, n, f"takes {want} input(s) and gives 1 output, got "
                        f"{len(n.inputs)} and {len(n.outputs)}")
         for v in n.inputs:
             if v not in types:
@@ -373,7 +558,7 @@ def infer_types(graph: Graph) -> Graph:
             layout = _plain_layout(t.shape)
             if old is not None and old.shape == t.shape:
                 parsed = parse_layout(old.layout)
-                if parsed is not None and {"NCHW": 4, "NC": 2}[parsed[0]] == len(t.shape):
+                if parsed is not None and layout_fits(parsed[0], len(t.shape)):
                     layout = old.layout
             types[name] = TensorType(t.shape, t.dtype, layout)
     for v in g.outputs:

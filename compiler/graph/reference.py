@@ -28,10 +28,12 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from accel.machine.dram import pack_activation, unpack_activation
+from compiler.graph import nn
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import parse_layout, physical_shape
 
-__all__ = ["conv2d_acc", "dense_acc", "requantize", "run_node", "run_reference", "to_logical",
+__all__ = ["conv2d_acc", "dense_acc", "register_reference_kernel", "requantize", "run_node",
+           "run_reference", "to_logical",
            "to_physical"]
 
 #: Bound on the float64 im2col matrix built per GEMM; larger batches are split into images.
@@ -45,7 +47,9 @@ def to_physical(x: np.ndarray, t: TensorType) -> np.ndarray:
     if parsed is None:
         return x
     base, b, c = parsed
-    if base == "NC":
+    if base == "TC":
+        x = x.reshape(-1, x.shape[-1])
+    if base in ("NC", "TC"):
         return np.ascontiguousarray(pack_activation(x[:, :, None, None], b, c)[:, :, 0, 0])
     return pack_activation(x, b, c)
 
@@ -55,9 +59,11 @@ def to_logical(x: np.ndarray, t: TensorType) -> np.ndarray:
     parsed = parse_layout(t.layout)
     if parsed is None:
         return x
-    if parsed[0] == "NC":
-        n, c = t.shape
-        return unpack_activation(x[:, :, None, None], (n, c, 1, 1))[:, :, 0, 0]
+    if parsed[0] in ("NC", "TC"):
+        c = t.shape[-1]
+        n = int(np.prod(t.shape[:-1], dtype=np.int64))
+        flat = unpack_activation(x[:, :, None, None], (n, c, 1, 1))[:, :, 0, 0]
+        return flat.reshape(t.shape)
     return unpack_activation(x, t.shape)  # type: ignore[arg-type]
 
 
@@ -177,10 +183,18 @@ def _dense(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     w = _param(graph, node, "weight")
     assert w is not None
     bias = _param(graph, node, "bias")
-    acc = x.astype(np.float64) @ w.astype(np.float64).T
+    acc = x.astype(np.float64) @ w.astype(np.float64).T  # any rank: rows x features
     if _is_int(x):
-        return _requant(_wrap32(acc.astype(np.int64)), node.attrs, bias, 1)
-    return _float_tail(acc, node, bias, 1)
+        return _requant(_wrap32(acc.astype(np.int64)), node.attrs, bias, -1)
+    return _float_tail(acc, node, bias, -1)
+
+
+def _batch_matmul(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+    a, b = args
+    acc = a.astype(np.float64) @ b.astype(np.float64)  # exact below 2**39 products
+    if _is_int(a):
+        return _requant(_wrap32(acc.astype(np.int64)), node.attrs, None, -1)
+    return _float_tail(acc, node, None, -1)
 
 
 def _add(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
@@ -250,6 +264,42 @@ def _dequantize(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
         np.float32)
 
 
+def _nn(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """The operators of :mod:`compiler.graph.nn` (their one definition)."""
+    a, op = node.attrs, node.op
+    if op == "softmax":
+        return nn.softmax(args[0], int(a.get("axis", -1)))
+    if op == "layer_norm":
+        return nn.layer_norm(args[0], graph.params[a["scale"]], graph.params[a["bias"]],
+                             float(a.get("epsilon", 1e-5)))
+    if op == "gelu":
+        return nn.gelu(args[0], str(a.get("form", "erf")))
+    if op in ("add", "sub", "mul", "div", "pow", "sqrt", "erf", "tanh"):
+        return nn.elementwise(op, args)
+    if op == "where":
+        return nn.where(graph.params[a["condition"]], args[0], args[1])
+    if op.startswith("reduce_"):
+        return nn.reduce(op, args[0], a.get("axes", range(args[0].ndim)),
+                         bool(a.get("keepdims", True)))
+    if op == "transpose":
+        return nn.transpose(args[0], a["perm"])
+    if op == "reshape":
+        return nn.reshape(args[0], a["shape"])
+    if op == "take":
+        return nn.take(args[0], graph.params[a["indices"]], int(a.get("axis", 0)))
+    if op == "slice":
+        x = args[0]
+        axis = int(a.get("axis", 0)) % x.ndim
+        return nn.slice_axis(x, axis, int(a.get("start", 0)), int(a.get("stop", x.shape[axis])),
+                             int(a.get("step", 1)))
+    if op == "concat":
+        return nn.concat(args, int(a.get("axis", 0)))
+    if op == "embedding":
+        return nn.embedding(args[0], graph.params[a["table"]])
+    raise GraphError(f"{graph.name}: node {node.name}: {op!r} is not a compiler.graph.nn "
+                     "operator")
+
+
 def _identity(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     return args[0]
 
@@ -261,11 +311,25 @@ def _constant(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
 _Kernel = Callable[[Node, list[np.ndarray], Graph], np.ndarray]
 
 _KERNELS: dict[str, _Kernel] = {
-    "conv2d": _conv2d, "dense": _dense, "add": _add, "relu": _relu, "flatten": _flatten,
+    "conv2d": _conv2d, "dense": _dense, "batch_matmul": _batch_matmul, "relu": _relu,
+    "flatten": _flatten,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "global_avg_pool": _global_avg_pool,
     "batch_norm": _batch_norm, "quantize": _quantize, "dequantize": _dequantize,
     "layout_pack": _identity, "layout_unpack": _identity, "constant": _constant,
+    **dict.fromkeys(("softmax", "layer_norm", "gelu", "sub", "mul", "div", "pow", "sqrt", "erf",
+                     "tanh", "where", "reduce_mean", "reduce_sum", "reduce_max", "transpose",
+                     "reshape", "take", "slice", "concat", "embedding"), _nn),
+    # An integer add requantises; a float one broadcasts (ONNX's Add).
+    "add": lambda node, args, graph: (_add(node, args, graph)
+                                      if _is_int(args[0]) or node.attrs.get("relu")
+                                      else nn.elementwise("add", args)),
 }
+
+
+def register_reference_kernel(op: str, kernel: _Kernel) -> None:
+    """Add (or replace) the reference kernel of operator ``op``: ``kernel(node, args, graph)``
+    on plain-layout arrays (an operator of a test or an extension joins here)."""
+    _KERNELS[op] = kernel
 
 
 def run_node(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:

@@ -33,6 +33,7 @@ from accel.machine.cache import cache_dir, code_version
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import infer_types
 from compiler.graph.reference import conv2d_acc, dense_acc, requantize
+from compiler.graph.transformers import TRANSFORMERS, bert, vit
 
 __all__ = ["ZOO", "load_zoo", "resnet"]
 
@@ -43,8 +44,8 @@ _DEPTHS: dict[int, tuple[tuple[int, int, int, int], bool]] = {
     50: ((3, 4, 6, 3), True),
 }
 
-#: Zoo model names.
-ZOO = ("resnet18", "resnet34", "resnet50")
+#: Zoo model names (the transformers: :mod:`compiler.graph.transformers`).
+ZOO = ("resnet18", "resnet34", "resnet50", "bert_tiny", "bert_base", "vit_tiny")
 
 _WEIGHT_STD = 32.0
 _BIAS_FRACTION = 0.1
@@ -200,8 +201,10 @@ def resnet(depth: int, batch: int = 1, image_size: int = 224, num_classes: int =
     return g
 
 
-def load_zoo(name: str, batch: int = 1, image_size: int = 224) -> Graph:
-    """A zoo model by name: ``resnet18``, ``resnet34`` or ``resnet50`` (seed 0, 1000 classes).
+def load_zoo(name: str, batch: int = 1, image_size: int = 224, seq_len: int = 128) -> Graph:
+    """A zoo model by name (seed 0): ``resnet18``, ``resnet34``, ``resnet50`` (1000 classes,
+    ``image_size`` square inputs), ``bert_tiny``, ``bert_base`` (``seq_len`` tokens) or
+    ``vit_tiny`` (224x224).
 
     Raises
     ------
@@ -214,8 +217,8 @@ def load_zoo(name: str, batch: int = 1, image_size: int = 224) -> Graph:
     folder = cache_dir("zoo")
     path = None
     if folder is not None:
-        path = folder / (f"{name}-b{batch}-s{image_size}-"
-                         f"{code_version('compiler')}.pickle")
+        size = seq_len if name.startswith("bert") else image_size
+        path = folder / (f"{name}-b{batch}-s{size}-{code_version('compiler')}.pickle")
         if path.exists():
             try:
                 with path.open("rb") as f:
@@ -224,7 +227,12 @@ def load_zoo(name: str, batch: int = 1, image_size: int = 224) -> Graph:
                     return graph
             except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
                 pass  # a damaged entry is rebuilt and replaced
-    graph = resnet(int(name[len("resnet"):]), batch=batch, image_size=image_size)
+    if name.startswith("resnet"):
+        graph = resnet(int(name[len("resnet"):]), batch=batch, image_size=image_size)
+    elif name.startswith("bert"):
+        graph = bert(TRANSFORMERS[name], name, batch=batch, seq_len=seq_len)  # type: ignore[arg-type]
+    else:
+        graph = vit(TRANSFORMERS[name], name, batch=batch)  # type: ignore[arg-type]
     if path is not None:
         tmp = path.with_name(path.name + ".tmp")
         try:

@@ -26,8 +26,8 @@ from compiler.ops.matmul import (
     matmul_schedule,
 )
 
-__all__ = ["CompiledOp", "cache_clear", "compile_cached", "compile_conv2d", "compile_matmul",
-           "conv2d_program", "logged_knobs", "matmul_program"]
+__all__ = ["CompiledOp", "bias_tiles", "cache_clear", "compile_cached", "compile_conv2d",
+           "compile_matmul", "conv2d_program", "logged_knobs", "matmul_program"]
 
 _CACHE: dict[tuple[str, str, Any], CompiledOp] = {}
 
@@ -36,8 +36,8 @@ _CACHE: dict[tuple[str, str, Any], CompiledOp] = {}
 class CompiledOp:
     """A compiled operator and its DRAM argument layout."""
 
-    workload: Conv2dWorkload | MatmulWorkload
-    knobs: Conv2dKnobs | MatmulKnobs
+    workload: Any
+    knobs: Any
     program: Program
     config: HwConfig
     compile_seconds: float
@@ -52,13 +52,8 @@ class CompiledOp:
         return image
 
     def bias_tiles(self, bias: np.ndarray, channels: int) -> np.ndarray:
-        """Per-channel int32 bias as ``(O/o, batch, o)`` acc tiles (zero in padded channels)."""
-        cfg = self.config
-        blocks = -(-channels // cfg.block_out)
-        padded = np.zeros(blocks * cfg.block_out, dtype=np.int32)
-        padded[:channels] = bias
-        tiles = padded.reshape(blocks, 1, cfg.block_out)
-        return np.ascontiguousarray(np.broadcast_to(tiles, (blocks, cfg.batch, cfg.block_out)))
+        """Per-channel int32 bias as ``(O/o, batch, o)`` acc tiles (see :func:`bias_tiles`)."""
+        return bias_tiles(bias, channels, self.config)
 
     def read_output(self, image: Dram, shape: tuple[int, int, int, int]) -> np.ndarray:
         """The int8 output, unpacked from its blocked layout and cropped to ``shape`` (NCHW)."""
@@ -70,12 +65,21 @@ class CompiledOp:
         return unpack_activation(blocked, shape)
 
 
+def bias_tiles(bias: np.ndarray, channels: int, cfg: HwConfig) -> np.ndarray:
+    """Per-channel int32 bias as ``(O/o, batch, o)`` acc tiles (zero in padded channels)."""
+    blocks = -(-channels // cfg.block_out)
+    padded = np.zeros(blocks * cfg.block_out, dtype=np.int32)
+    padded[:channels] = bias
+    tiles = padded.reshape(blocks, 1, cfg.block_out)
+    return np.ascontiguousarray(np.broadcast_to(tiles, (blocks, cfg.batch, cfg.block_out)))
+
+
 def cache_clear() -> None:
     """Forget every compiled operator held in memory (the disk cache stays)."""
     _CACHE.clear()
 
 
-def compile_cached(wl: Conv2dWorkload | MatmulWorkload, knobs: Conv2dKnobs | MatmulKnobs,
+def compile_cached(wl: Any, knobs: Any,
                    cfg: HwConfig, make: Callable[[], Program]) -> CompiledOp:
     """The cached program of (config, signature, knobs): in memory, then on disk
     (``$ACCEL_CACHE_DIR/programs``), else built by ``make`` and stored in both."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
@@ -29,6 +31,16 @@ TILE_ORDERS: tuple[str, ...] = ("rows", "columns")
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def _covered(size: int, kernel: int, stride: int, pad: int, out: int) -> int:
+    """How many of ``size`` input rows (or columns) some output's window reads."""
+    if stride <= kernel:  # windows overlap or touch: one contiguous run
+        first, last = -pad, (out - 1) * stride + kernel - 1 - pad
+        return max(0, min(last, size - 1) - max(first, 0) + 1)
+    starts = np.arange(out) * stride - pad
+    taps = (starts[:, None] + np.arange(kernel)[None, :]).ravel()
+    return int(np.count_nonzero((taps >= 0) & (taps < size)))
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,19 @@ class Conv2dWorkload:
         """Multiply-accumulates of the layer (unpadded channels)."""
         return (self.batch * self.out_channels * self.out_height * self.out_width
                 * self.in_channels * self.kernel_h * self.kernel_w)
+
+    @property
+    def dram_bytes(self) -> int:
+        """Compulsory DRAM bytes (ROOFLINE.md): the input pixels some window reads, the
+        weights, the int32 bias and the output, at int8 (a 1x1 stride-2 convolution reads a
+        quarter of its input)."""
+        rows = _covered(self.height, self.kernel_h, self.stride_h, self.pad_h, self.out_height)
+        cols = _covered(self.width, self.kernel_w, self.stride_w, self.pad_w, self.out_width)
+        inputs = self.batch * self.in_channels * rows * cols
+        weights = self.out_channels * self.in_channels * self.kernel_h * self.kernel_w
+        bias = 4 * self.out_channels if self.bias else 0
+        outputs = self.batch * self.out_channels * self.out_height * self.out_width
+        return inputs + weights + bias + outputs
 
     def blocks(self, cfg: HwConfig) -> tuple[int, int, int]:
         """(batch blocks, input channel blocks, output channel blocks) on ``cfg``."""

@@ -37,9 +37,11 @@ from compiler.ops.compiled import CompiledOp, compile_cached
 from compiler.ops.requant import requantize_stages, schedule_requant
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
+from compiler.tune.space import KnobSpace
 
-__all__ = ["AddKnobs", "AddWorkload", "add_compute", "add_schedule", "check_add_config",
-           "compile_add", "default_add_knobs", "fits_add", "identity_tile", "pack_add_args"]
+__all__ = ["AddKnobs", "AddWorkload", "add_compute", "add_schedule", "add_space",
+           "check_add_config", "compile_add", "default_add_knobs", "fits_add", "identity_tile",
+           "pack_add_args"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -71,6 +73,16 @@ class AddWorkload:
     @property
     def shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.channels, self.height, self.width)
+
+    @property
+    def macs(self) -> int:
+        """0: an elementwise layer (ROOFLINE.md)."""
+        return 0
+
+    @property
+    def dram_bytes(self) -> int:
+        """Compulsory DRAM bytes: both int8 inputs and the int8 output."""
+        return 3 * self.batch * self.channels * self.height * self.width
 
     def blocks(self, cfg: HwConfig) -> tuple[int, int]:
         """(batch blocks, channel blocks) on ``cfg``."""
@@ -278,6 +290,30 @@ def compile_add(wl: AddWorkload, cfg: HwConfig, knobs: AddKnobs | None = None) -
     return compile_cached(wl, chosen, cfg, lambda: build(  # type: ignore[arg-type]
         add_schedule(wl, chosen, cfg), cfg, "add",
         meta={"signature": wl.signature(), "knobs": chosen.to_dict()}).program)
+
+
+def add_space(wl: AddWorkload, cfg: HwConfig) -> KnobSpace:
+    """The knob space of :func:`add_schedule` for ``wl`` on ``cfg``: tile_c, tile_h, tile_w
+    (divisors of the channel blocks, rows and columns) and nthread (1, 2), the settings of
+    :func:`add_candidates`.
+
+    Raises
+    ------
+    LoweringError
+        ``block_in != block_out``, or nothing fits the buffers.
+    """
+    check_add_config(wl, cfg)
+    _, cb = wl.blocks(cfg)
+    valid = set(add_candidates(wl, cfg))
+    space = KnobSpace(
+        names=("tile_c", "tile_h", "tile_w", "nthread"),
+        values=(tuple(_divisors(cb)), tuple(_divisors(wl.height)), tuple(_divisors(wl.width)),
+                (1, 2)),
+        make=AddKnobs, valid=lambda k: k in valid,
+    )
+    if not len(space):
+        raise LoweringError(f"add {wl.signature()}: no tiling fits the buffers of {cfg.name}")
+    return space
 
 
 def identity_tile(cfg: HwConfig) -> np.ndarray:

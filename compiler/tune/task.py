@@ -7,22 +7,14 @@ which heuristic knobs the compiler would pick without a tuning log.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from accel.machine.config import HwConfig
-from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
-from compiler.ops.heuristic import default_conv2d_knobs
-from compiler.ops.matmul import (
-    MatmulKnobs,
-    MatmulWorkload,
-    default_matmul_knobs,
-    matmul_schedule,
-)
 from compiler.schedule import Schedule
-from compiler.tune.space import KnobSpace, Point, conv2d_space, matmul_space
+from compiler.tune.space import KnobSpace, Point
 
 __all__ = ["Task", "make_task"]
 
@@ -34,28 +26,32 @@ class Task:
     Attributes
     ----------
     kind
-        ``"conv2d"`` or ``"matmul"`` (the operator's name in programs and logs).
+        The operator's program name (``"conv2d"``, ``"matmul"``, ``"add"``, ...), as its
+        registry entry (:mod:`compiler.ops.registry`) declares it.
     workload
-        A :class:`~compiler.ops.conv2d.Conv2dWorkload` or
-        :class:`~compiler.ops.matmul.MatmulWorkload`.
+        The operator's workload (a conv2d, matmul, ... workload dataclass).
     config
         The hardware.
     space
         The valid knob settings.
+    entry
+        The operator's registry entry (:class:`compiler.ops.accel_op.AccelOp`): its schedule,
+        heuristic knobs and knob dataclass.
     """
 
     kind: str
-    workload: Conv2dWorkload | MatmulWorkload
+    workload: Any
     config: HwConfig
     space: KnobSpace
+    entry: Any = field(default=None, repr=False)
     _features: dict[Point, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def signature(self) -> str:
         """The operator signature the tuning log keys records by."""
-        return self.workload.signature()
+        return str(self.workload.signature())
 
-    def schedule(self, knobs: Conv2dKnobs | MatmulKnobs) -> Schedule:
+    def schedule(self, knobs: Any) -> Schedule:
         """The operator's schedule under ``knobs``.
 
         Raises
@@ -63,20 +59,15 @@ class Task:
         compiler.errors.LoweringError
             Knobs the schedule rejects.
         """
-        make: Callable[..., Schedule] = (conv2d_schedule if self.kind == "conv2d"
-                                         else matmul_schedule)
-        return make(self.workload, knobs, self.config)
+        return self.entry.schedule(self.workload, knobs, self.config)  # type: ignore[no-any-return]
 
-    def default_knobs(self) -> Conv2dKnobs | MatmulKnobs:
+    def default_knobs(self) -> Any:
         """The knobs the compiler picks without a tuning log (the analytic heuristic)."""
-        if isinstance(self.workload, Conv2dWorkload):
-            return default_conv2d_knobs(self.workload, self.config)
-        return default_matmul_knobs(self.workload, self.config)
+        return self.entry.default_knobs(self.workload, self.config)
 
-    def knobs_from_dict(self, values: dict[str, int]) -> Conv2dKnobs | MatmulKnobs:
+    def knobs_from_dict(self, values: dict[str, int]) -> Any:
         """The knob dataclass of a logged ``{name: value}`` dict (unknown names: TypeError)."""
-        cls = Conv2dKnobs if self.kind == "conv2d" else MatmulKnobs
-        return cls(**values)
+        return self.entry.knobs_type(**values)
 
     def features(self, point: Point) -> np.ndarray:
         """The program features of ``point`` (memoised per task; see
@@ -98,19 +89,22 @@ class Task:
         return np.stack([self.features(p) for p in points])
 
 
-def make_task(workload: Conv2dWorkload | MatmulWorkload, cfg: HwConfig) -> Task:
-    """The task of ``workload`` on ``cfg``.
+def make_task(workload: Any, cfg: HwConfig) -> Task:
+    """The task of ``workload`` on ``cfg``, from the registry entry of its workload type.
 
     Raises
     ------
     compiler.errors.LoweringError
         No knob setting is valid for it on ``cfg``.
     TypeError
-        Not a conv2d or matmul workload.
+        No registered accelerator operator takes that workload.
     """
-    if isinstance(workload, Conv2dWorkload):
-        return Task("conv2d", workload, cfg, conv2d_space(workload, cfg))
-    if isinstance(workload, MatmulWorkload):
-        return Task("matmul", workload, cfg, matmul_space(workload, cfg))
-    raise TypeError(f"cannot tune a {type(workload).__name__}; expected a conv2d or matmul "
-                    "workload")
+    # The registry imports the operators' modules, which import this package's knob spaces:
+    # looked up when a task is made, not when this module loads.
+    from compiler.ops.registry import accel_op_for
+
+    entry = accel_op_for(workload)
+    if entry is None:
+        raise TypeError(f"cannot tune a {type(workload).__name__}; expected the workload of a "
+                        "registered accelerator operator (compiler.ops.registry)")
+    return Task(entry.kind, workload, cfg, entry.space(workload, cfg), entry)

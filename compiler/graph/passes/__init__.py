@@ -5,6 +5,7 @@ treated as immutable). In the order :func:`optimize` runs them (:data:`PASSES`):
 
 ==================  ==========================================================================
 fold_constants      evaluate nodes whose inputs are all constants
+match_patterns      decomposed LayerNorm / GELU -> layer_norm / gelu; bias adds into dense
 fold_batch_norm     fold a float batch_norm after a conv2d / dense into its weights and bias
 quantize            float -> int8 with power-of-two scales calibrated on sample inputs
 fuse                merge relu into conv2d / dense / add; report groups in attrs["fusion"]
@@ -20,10 +21,11 @@ from collections.abc import Callable
 
 from accel.machine.config import HwConfig
 from compiler.graph.ir import Graph, GraphError
-from compiler.graph.passes.common import is_float_graph
+from compiler.graph.passes.common import needs_quantization
 from compiler.graph.passes.fold import fold_batch_norm, fold_constants
 from compiler.graph.passes.fuse import fuse
 from compiler.graph.passes.layout import pack_layout
+from compiler.graph.passes.match import match_patterns
 from compiler.graph.passes.memory import plan_memory
 from compiler.graph.passes.partition import Supports, default_supports, partition
 from compiler.graph.passes.quantize import Calibration, quantize
@@ -36,6 +38,7 @@ __all__ = [
     "fold_batch_norm",
     "fold_constants",
     "fuse",
+    "match_patterns",
     "optimize",
     "pack_layout",
     "partition",
@@ -46,13 +49,15 @@ __all__ = [
 #: Every pass, in pipeline order; ``PASSES[i].__name__`` is its name. quantize, partition and
 #: pack_layout take a second argument (calibration, supports, cfg).
 PASSES: tuple[Callable[..., Graph], ...] = (
-    fold_constants, fold_batch_norm, quantize, fuse, partition, pack_layout, plan_memory,
+    fold_constants, match_patterns, fold_batch_norm, quantize, fuse, partition, pack_layout,
+    plan_memory,
 )
 
 
 def optimize(graph: Graph, cfg: HwConfig, supports: Supports | None = None,
              calibration: Calibration | None = None) -> Graph:
-    """Run the pass pipeline: fold constants and batch norms, quantize (float graphs only),
+    """Run the pass pipeline: fold constants, match decomposed patterns, fold batch norms,
+    quantize (graphs whose accelerator operators are still float),
     fuse, partition, pack layouts, plan memory.
 
     Parameters
@@ -78,8 +83,8 @@ def optimize(graph: Graph, cfg: HwConfig, supports: Supports | None = None,
     GraphError
         A float graph without calibration inputs, or any pass's error.
     """
-    g = fold_batch_norm(fold_constants(graph))
-    if is_float_graph(g):
+    g = fold_batch_norm(match_patterns(fold_constants(graph)))
+    if needs_quantization(g):
         if calibration is None:
             raise GraphError(f"{g.name}: a float graph needs calibration inputs to be "
                              "quantized (optimize(..., calibration={input: array}))")

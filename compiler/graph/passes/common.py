@@ -6,11 +6,12 @@ import numpy as np
 
 from compiler.graph.ir import Graph, GraphError, Node
 
-__all__ = ["PARAM_KEYS", "is_float_graph", "node_macs", "prune_params", "replace_uses",
+__all__ = ["INTEGER_FORMS", "PARAM_KEYS", "is_float_graph", "needs_quantization", "node_macs",
+           "prune_params", "replace_uses",
            "unique_name"]
 
 #: Node attributes that name params.
-PARAM_KEYS = ("weight", "bias", "scale", "mean", "var", "value")
+PARAM_KEYS = ("weight", "bias", "scale", "mean", "var", "value", "table", "indices", "condition")
 
 
 def unique_name(taken: object, base: str) -> str:
@@ -52,14 +53,35 @@ def is_float_graph(graph: Graph) -> bool:
                for n in graph.nodes)
 
 
+#: Operators that quantisation turns into integer ones (the accelerator's): a float one of these
+#: means the graph still needs quantising. Float operators elsewhere (softmax, layer_norm,
+#: gelu, ...) run on the fallback in float by design.
+INTEGER_FORMS = ("conv2d", "dense", "batch_matmul", "add")
+
+
+def needs_quantization(graph: Graph) -> bool:
+    """Does a node with an integer form (:data:`INTEGER_FORMS`) still compute in floats?"""
+    def is_float(v: str) -> bool:
+        return np.dtype(graph.values[v].dtype).kind == "f"
+
+    return any(n.op in INTEGER_FORMS and any(map(is_float, n.inputs + n.outputs))
+               for n in graph.nodes)
+
+
 def node_macs(node: Node, graph: Graph) -> int:
-    """Multiply-accumulates of a conv2d or dense node (0 for other operators)."""
-    if node.op not in ("conv2d", "dense"):
+    """Multiply-accumulates of a node, as its accelerator operator's registry entry counts them
+    (ROOFLINE.md: before channel padding); 0 for operators the accelerator has no entry for
+    and for nodes whose workload cannot be formed."""
+    from compiler.errors import LoweringError
+    from compiler.ops.registry import accel_op
+
+    entry = accel_op(node.op)
+    if entry is None:
         return 0
-    w = graph.params[node.attrs["weight"]]
-    out = graph.values[node.outputs[0]]
-    per_output = int(np.prod(w.shape[1:]))
-    return out.size * per_output
+    try:
+        return int(entry.macs(entry.workload(node, graph)))
+    except LoweringError:
+        return 0
 
 
 def require_targets(graph: Graph, pass_name: str) -> None:

@@ -2,7 +2,9 @@
 
 The accelerator reads activations as ``NCHW{b}n{i}c`` tiles and writes ``NCHW{b}n{o}c`` tiles
 (``b`` = the config's batch, ``i`` / ``o`` = block_in / block_out; a dense layer's ``(N, K)``
-input counts as ``NC``: ``NC{b}n{i}c``). After this pass:
+input counts as ``NC``: ``NC{b}n{i}c``). Which inputs an accelerator node reads blocked by
+``block_in`` and which by ``block_out`` is its registry entry's (``AccelOp.inputs``). After
+this pass:
 
 - every output of an accelerator node has the blocked layout in its type and the name
   ``<value>.<layout>`` (``layer1.0.conv1.NCHW1n8c``); values in their plain layout keep their
@@ -24,6 +26,8 @@ from accel.machine.config import HwConfig
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import blocked_layout, infer_types, parse_layout
 from compiler.graph.passes.common import require_targets, unique_name
+from compiler.ops.accel_op import Block, Operand
+from compiler.ops.registry import accel_op
 
 __all__ = ["pack_layout"]
 
@@ -78,18 +82,22 @@ def pack_layout(graph: Graph, cfg: HwConfig) -> Graph:
         have[v][layout] = name
         return name
 
-    def layout_for(n: Node, v: str, block: int) -> str:
+    def layout_for(n: Node, v: str, block: Block, image: bool) -> str:
         rank = len(types[v].shape)
-        if n.attrs["target"] == "accel" and rank in (2, 4):
-            return blocked_layout(rank, cfg.batch, block)
+        if n.attrs["target"] == "accel" and rank >= 2 and block is not Block.CUSTOM:
+            return blocked_layout(rank, cfg.batch,
+                                  cfg.block_in if block is Block.IN else cfg.block_out, image)
         return types[v].layout
 
     for n in g.nodes:
-        block_in = cfg.block_in if n.op in ("conv2d", "dense") else cfg.block_out
-        n.inputs = [ensure(v, layout_for(n, v, block_in)) for v in n.inputs]
+        entry = accel_op(n.op)
+        operands = entry.inputs if entry is not None else \
+            tuple(Operand(v, Block.OUT) for v in n.inputs)
+        n.inputs = [ensure(v, layout_for(n, v, op.block, op.image))
+                    for v, op in zip(n.inputs, operands, strict=True)]
         outputs = []
         for v in n.outputs:
-            layout = layout_for(n, v, cfg.block_out)
+            layout = layout_for(n, v, Block.OUT, entry.output_image if entry else True)
             name = v if layout == types[v].layout else f"{v}.{layout}"
             have[v] = {layout: name}
             values[name] = TensorType(types[v].shape, types[v].dtype, layout)

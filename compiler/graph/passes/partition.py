@@ -15,19 +15,14 @@ __all__ = ["Supports", "default_supports", "partition"]
 Supports = Callable[[Node, Graph], bool]
 
 
-def _hw(v: Any) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
-
-
 def default_supports(cfg: HwConfig) -> Supports:
-    """What ``cfg``'s accelerator runs: int8 ``conv2d`` and ``dense`` nodes that tile.
+    """What ``cfg``'s accelerator runs: int8 nodes of a registered accelerator operator
+    (:mod:`compiler.ops.registry`) whose entry's partition rule accepts the node's workload.
 
-    A conv2d is supported when :func:`compiler.ops.heuristic.knob_candidates` finds a fitting
-    tiling (checked in O(1): the all-ones tiling is a candidate, and it fits whenever any
-    candidate does, since buffer use only grows with tile sizes); a dense when
-    :func:`compiler.ops.matmul.default_matmul_knobs` finds one. Everything else runs on the
-    CPU (the compiler has no accelerator lowering for pooling yet). A residual ``add`` runs
-    on the accelerator as GEMMs against an identity tile where ``block_in == block_out``.
+    Every input and the output must be int8 (the GEMM core's precision). The rule itself is
+    the entry's: conv2d and dense when their smallest tiling fits the buffers, the residual add
+    where ``block_in == block_out`` (it runs as GEMMs against an identity tile). A node whose
+    workload cannot be formed (``LoweringError``) runs on the CPU.
 
     Parameters
     ----------
@@ -38,42 +33,16 @@ def default_supports(cfg: HwConfig) -> Supports:
     -------
     Callable[[Node, Graph], bool]
     """
-    from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
-    from compiler.ops.heuristic import fits
-    from compiler.ops.matmul import MatmulWorkload, default_matmul_knobs
+    from compiler.ops.registry import accel_op
 
     def supports(node: Node, graph: Graph) -> bool:
-        if node.op == "add":
-            from compiler.ops.eltwise import AddKnobs, AddWorkload, check_add_config, fits_add
-
-            x, y = (graph.values[v] for v in node.inputs)
-            if x.dtype != "int8" or y.dtype != "int8" or x.shape != y.shape or len(x.shape) != 4:
-                return False
-            try:
-                awl = AddWorkload(*x.shape, int(node.attrs.get("shift", 0)),
-                                  bool(node.attrs.get("relu", False)))
-                check_add_config(awl, cfg)
-                return fits_add(awl, AddKnobs(), cfg)
-            except LoweringError:
-                return False
-        if node.op not in ("conv2d", "dense"):
+        entry = accel_op(node.op)
+        if entry is None:
             return False
-        x = graph.values[node.inputs[0]]
-        if x.dtype != "int8":
+        if any(graph.values[v].dtype != "int8" for v in (*node.inputs, *node.outputs)):
             return False
-        w = graph.params[node.attrs["weight"]]
-        bias = node.attrs.get("bias") is not None
-        shift, relu = int(node.attrs.get("shift", 0)), bool(node.attrs.get("relu", False))
         try:
-            if node.op == "dense":
-                default_matmul_knobs(MatmulWorkload(x.shape[0], x.shape[1], w.shape[0], bias,
-                                                    shift, relu), cfg)
-                return True
-            sh, sw = _hw(node.attrs.get("stride", 1))
-            ph, pw = _hw(node.attrs.get("padding", 0))
-            wl = Conv2dWorkload(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
-                                w.shape[2], w.shape[3], sh, sw, ph, pw, bias, shift, relu)
-            return fits(wl, Conv2dKnobs(), cfg)
+            return bool(entry.supports(entry.workload(node, graph), cfg))
         except LoweringError:
             return False
 
@@ -85,7 +54,7 @@ def partition(graph: Graph, supports: Supports) -> Graph:
 
     Also reports ``graph.attrs["partition"]``: ``segments`` (maximal runs of consecutive nodes
     with one target, in node order: ``{"target", "nodes"}``), ``accel_macs`` and
-    ``total_macs`` (multiply-accumulates of conv2d / dense nodes).
+    ``total_macs`` (multiply-accumulates, :func:`~compiler.graph.passes.common.node_macs`).
 
     Parameters
     ----------

@@ -1,0 +1,157 @@
+"""Transformer operators, defined once for any numpy-like array module (numpy or CuPy).
+
+The reference executor (:mod:`compiler.graph.reference`), the CPU fallback (``runtime.kernels``)
+and the GPU fallback (``runtime.kernels_gpu``, with ``xp = cupy``) all call these functions, so
+the three agree by construction where the arithmetic is the same:
+
+- data movement (``transpose``, ``reshape``, ``take``, ``slice``, ``concat``, ``embedding``) is
+  exact for any dtype, int8 included;
+- the float operators compute in float64 and return float32: ``softmax`` (max-subtracted),
+  ``layer_norm`` (mean and biased variance over the last axis), ``gelu`` (the erf form, or the
+  tanh approximation), elementwise ``sub`` / ``mul`` / ``div`` / ``pow`` / ``sqrt`` / ``erf`` /
+  ``tanh`` with numpy broadcasting, ``where`` and the reductions. numpy and CuPy round their
+  float64 ``exp``, ``tanh``, ``erf`` and ``sqrt`` differently in the last bits at most, so after
+  the cast to float32 the two agree within one float32 ulp.
+
+``erf`` on numpy evaluates :func:`math.erf` once per distinct input value (a dequantised int8
+tensor has at most 256 of them); on CuPy it is ``cupyx.scipy.special.erf``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["GELU_FORMS", "concat", "elementwise", "embedding", "erf", "gelu", "layer_norm",
+           "reduce", "reshape", "slice_axis", "softmax", "take", "transpose", "where"]
+
+GELU_FORMS = ("erf", "tanh")
+"""``gelu``'s forms: ``x/2 (1 + erf(x / sqrt 2))`` and ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715
+x^3)))``."""
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _f64(x: Any, xp: Any) -> Any:
+    return xp.asarray(x).astype(xp.float64)
+
+
+def erf(x: Any, xp: Any = np) -> Any:
+    """The error function in float64 (see the module docstring)."""
+    x = _f64(x, xp)
+    if xp is np:
+        values, inverse = np.unique(x, return_inverse=True)
+        table = np.fromiter((math.erf(float(v)) for v in values), np.float64, len(values))
+        return table[inverse].reshape(x.shape)
+    import cupyx.scipy.special  # only where CuPy is the array module
+
+    return cupyx.scipy.special.erf(x)
+
+
+def softmax(x: Any, axis: int = -1, xp: Any = np) -> Any:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``; float32."""
+    x = _f64(x, xp)
+    e = xp.exp(x - x.max(axis=axis, keepdims=True))
+    return (e / e.sum(axis=axis, keepdims=True)).astype(xp.float32)
+
+
+def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5, xp: Any = np) -> Any:
+    """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over the last axis (biased
+    variance, as ONNX's LayerNormalization); float32."""
+    x = _f64(x, xp)
+    mean = x.mean(axis=-1, keepdims=True)
+    d = x - mean
+    var = (d * d).mean(axis=-1, keepdims=True)
+    y = d / xp.sqrt(var + float(epsilon)) * _f64(gamma, xp) + _f64(beta, xp)
+    return y.astype(xp.float32)
+
+
+def gelu(x: Any, form: str = "erf", xp: Any = np) -> Any:
+    """GELU in its ``erf`` form or the ``tanh`` approximation; float32.
+
+    Raises
+    ------
+    ValueError
+        An unknown form.
+    """
+    x = _f64(x, xp)
+    if form == "erf":
+        y = 0.5 * x * (1.0 + erf(x / math.sqrt(2.0), xp))
+    elif form == "tanh":
+        y = 0.5 * x * (1.0 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    else:
+        raise ValueError(f"gelu: form must be one of {', '.join(GELU_FORMS)}, got {form!r}")
+    return y.astype(xp.float32)
+
+
+_ELEMENTWISE = {
+    "add": lambda xp, a, b: a + b,
+    "sub": lambda xp, a, b: a - b,
+    "mul": lambda xp, a, b: a * b,
+    "div": lambda xp, a, b: a / b,
+    "pow": lambda xp, a, b: xp.power(a, b),
+}
+_UNARY = {
+    "sqrt": lambda xp, a: xp.sqrt(a),
+    "tanh": lambda xp, a: xp.tanh(a),
+    "erf": lambda xp, a: erf(a, xp),
+}
+
+
+def elementwise(op: str, args: Sequence[Any], xp: Any = np) -> Any:
+    """A float elementwise operator (``add``, ``sub``, ``mul``, ``div``, ``pow``, ``sqrt``,
+    ``tanh``, ``erf``) with numpy broadcasting, in float64, returned as float32."""
+    xs = [_f64(a, xp) for a in args]
+    fn = _ELEMENTWISE.get(op)
+    y = fn(xp, *xs) if fn is not None else _UNARY[op](xp, *xs)
+    return y.astype(xp.float32)
+
+
+def where(cond: Any, x: Any, y: Any, xp: Any = np) -> Any:
+    """``x`` where ``cond`` else ``y`` (broadcast), float32."""
+    return xp.where(xp.asarray(cond, dtype=bool), _f64(x, xp), _f64(y, xp)).astype(xp.float32)
+
+
+def reduce(op: str, x: Any, axes: Sequence[int], keepdims: bool, xp: Any = np) -> Any:
+    """``reduce_mean`` / ``reduce_sum`` / ``reduce_max`` over ``axes``, float32."""
+    x = _f64(x, xp)
+    axis = tuple(int(a) for a in axes)
+    fn = {"reduce_mean": x.mean, "reduce_sum": x.sum, "reduce_max": x.max}[op]
+    return fn(axis=axis, keepdims=keepdims).astype(xp.float32)
+
+
+def transpose(x: Any, perm: Sequence[int], xp: Any = np) -> Any:
+    """``x`` with its axes permuted (any dtype). A strided view, not a copy: its reader copies
+    it once into whatever layout it needs (attention's head split goes straight into the
+    weight buffer's layout; see ``compiler.ops.batch_matmul.pack_weight_operand``)."""
+    return xp.transpose(x, tuple(int(p) for p in perm))
+
+
+def reshape(x: Any, shape: Sequence[int], xp: Any = np) -> Any:
+    """``x`` reshaped (any dtype)."""
+    return xp.ascontiguousarray(x).reshape(tuple(int(s) for s in shape))
+
+
+def take(x: Any, indices: Any, axis: int, xp: Any = np) -> Any:
+    """``numpy.take`` of constant ``indices`` along ``axis`` (any dtype)."""
+    return xp.take(x, xp.asarray(indices, dtype=xp.int64), axis=int(axis))
+
+
+def slice_axis(x: Any, axis: int, start: int, stop: int, step: int = 1, xp: Any = np) -> Any:
+    """``x[..., start:stop:step, ...]`` along ``axis`` (a contiguous copy, any dtype)."""
+    index = [slice(None)] * x.ndim
+    index[int(axis)] = slice(int(start), int(stop), int(step))
+    return xp.ascontiguousarray(x[tuple(index)])
+
+
+def concat(xs: Sequence[Any], axis: int, xp: Any = np) -> Any:
+    """Concatenation along ``axis`` (any dtype, all alike)."""
+    return xp.concatenate([xp.asarray(x) for x in xs], axis=int(axis))
+
+
+def embedding(ids: Any, table: Any, xp: Any = np) -> Any:
+    """Rows of ``table`` picked by integer ``ids``: ``table[ids]`` (the table's dtype)."""
+    return xp.asarray(table)[xp.asarray(ids, dtype=xp.int64)]
