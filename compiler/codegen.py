@@ -174,6 +174,7 @@ class _Emitter:
             dram_base=self._dram_base(s.dram.buffer, ev(s.dram.index)),
             y_size=y, x_size=x, x_stride=s.x_stride,
             y_pad_0=pads[0], y_pad_1=pads[1], x_pad_0=pads[2], x_pad_1=pads[3],
+            shift=s.shift, clip_lo=s.clip_lo, clip_hi=s.clip_hi,
         ))
 
     def _zeros(self, mem: MemType, cols: int) -> int:

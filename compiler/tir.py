@@ -177,6 +177,11 @@ class DmaCopy(Stmt):
     y_pad_1: Expr = field(default_factory=lambda: IntImm(0))
     x_pad_0: Expr = field(default_factory=lambda: IntImm(0))
     x_pad_1: Expr = field(default_factory=lambda: IntImm(0))
+    shift: int = 0
+    """A STORE ACC's post-processing (``store.postproc``): arithmetic shift right, then clip to
+    ``[clip_lo, clip_hi]``; all 0 elsewhere."""
+    clip_lo: int = 0
+    clip_hi: int = 0
 
 
 @dataclass(eq=False)
@@ -400,10 +405,12 @@ def _lines(s: Stmt, depth: int, out: list[str]) -> None:
     elif isinstance(s, DmaCopy):
         kind = "store" if s.store else "load"
         pads = ", ".join(format_expr(p) for p in (s.y_pad_0, s.y_pad_1, s.x_pad_0, s.x_pad_1))
+        post = (f" post=(>>{s.shift}, {s.clip_lo}..{s.clip_hi})"
+                if s.store and s.mem_type is MemType.ACC else "")
         out.append(
             f"{pad}dma_{kind} {s.mem_type.name} {s.sram!r} <-> {s.dram!r} "
             f"y={format_expr(s.y_size)} x={format_expr(s.x_size)} stride={s.x_stride} "
-            f"pad=({pads})"
+            f"pad=({pads}){post}"
         )
     elif isinstance(s, Gemm):
         if s.reset:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from accel.machine.config import HwConfig
-from accel.machine.isa import AluOp
+from accel.machine.isa import AluOp, MemType
 from compiler.errors import LoweringError
 from compiler.passes.common import perfect_nest, split_tile_access, wrap_loops
 from compiler.schedule import Pragma
@@ -35,6 +35,7 @@ from compiler.tir import (
     For,
     Gemm,
     PrimFunc,
+    Seq,
     Stmt,
     Store,
     TileRef,
@@ -42,7 +43,7 @@ from compiler.tir import (
     stmts,
 )
 
-__all__ = ["inject_alu", "inplace_acc"]
+__all__ = ["inject_alu", "inplace_acc", "store_requant"]
 
 _ALU_OPS = {"+": AluOp.ADD, ">>": AluOp.SHR, "min": AluOp.MIN, "max": AluOp.MAX,
             "*": AluOp.MUL}
@@ -180,3 +181,129 @@ def _lower_alu(loop: For, cfg: HwConfig) -> Stmt:
     else:
         raise LoweringError(f"{where}: the operand {b!r} must be an immediate or an acc tile")
     return wrap_loops(loops[:-2], alu)
+
+
+def store_requant(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
+    """With the post-processing store (``store.postproc``): requantisation's last ALU nests on
+    an acc buffer, an arithmetic shift right and the clip to the output's range (immediate
+    operands), move into the STOREs of that buffer, which read it as STORE ACC::
+
+        for y, x:  alu_shr conv@(y*4 + x), 8
+        for y, x:  alu_min conv@(y*4 + x), 127        ->    dma_store ACC conv@0 <-> out@..
+        for y, x:  alu_max conv@(y*4 + x), 0                   post=(>>8, 0..127)
+        dma_store OUT conv@0 <-> out@..
+
+    Matched on the IR whatever operator produced it (conv2d, matmul/dense, the residual add):
+    a run of at most one SHR, then at most one MIN and one MAX (either order) by immediates,
+    each over every tile of the buffer, directly followed by stores of it, after which nothing
+    of the same statement list reads it. Without the option, or where the pattern does not
+    hold, the IR is unchanged (the ALU does it)."""
+    if not cfg.store.postproc:
+        return func
+    bits = cfg.store.out_bits
+    bounds = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+    def rewrite(s: Stmt) -> Stmt | None:
+        if isinstance(s, Seq):
+            return Seq(_fuse_requant(s.body, bounds))
+        return None
+
+    return func.with_body(map_stmts(func.body, rewrite))
+
+
+def _alu_nest(s: Stmt) -> Alu | None:
+    """The ALU micro-op of a perfect nest of loops around it, or a bare one."""
+    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    return inner if isinstance(inner, Alu) else None
+
+
+def _store_nest(s: Stmt, buffer: Buffer) -> DmaCopy | None:
+    """The STORE of ``buffer``'s out tiles at the bottom of a perfect nest, or a bare one."""
+    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    if isinstance(inner, DmaCopy) and inner.store and inner.mem_type is MemType.OUT \
+            and inner.sram.buffer is buffer:
+        return inner
+    return None
+
+
+def _covers(s: Stmt, buffer: Buffer) -> bool:
+    """A nest whose iterations number the buffer's tiles (the requantisation's stage over all
+    of them: its index is one-to-one by construction)."""
+    tiles = 1
+    for extent in buffer.shape[:-2]:
+        tiles *= extent
+    loops = perfect_nest(s)[0] if isinstance(s, For) else []
+    count = 1
+    for loop in loops:
+        count *= loop.extent
+    return count == tiles
+
+
+def _fuse_requant(body: list[Stmt], bounds: tuple[int, int]) -> list[Stmt]:
+    out = list(body)
+    i = 0
+    while i < len(out):
+        alu = _alu_nest(out[i])
+        if alu is None or alu.imm is None or (alu.op is not AluOp.SHR and alu.op not in _CLIPS):
+            i += 1
+            continue
+        buffer = alu.dst.buffer
+        chain, j = [], i
+        while j < len(out):
+            a = _alu_nest(out[j])
+            if a is None or a.dst.buffer is not buffer or a.src is not None or a.imm is None \
+                    or not _covers(out[j], buffer):
+                break
+            chain.append(a)
+            j += 1
+        post = _post_fields(chain, bounds)
+        k = j
+        while k < len(out) and _store_nest(out[k], buffer) is not None:
+            k += 1
+        later_reads = any(_touches(s, buffer) for s in out[k:])
+        if post is None or k == j or later_reads:
+            i += 1
+            continue
+        stores = [_as_post_store(s, buffer, post) for s in out[j:k]]
+        out[i:k] = stores
+        i += len(stores)
+    return out
+
+
+_CLIPS = (AluOp.MIN, AluOp.MAX)
+
+
+def _post_fields(chain: list[Alu], bounds: tuple[int, int]) -> dict[str, int] | None:
+    """``shift``, ``clip_lo``, ``clip_hi`` of a chain SHR? {MIN, MAX}* (each at most once), or
+    None when the chain is something else or leaves the output's range."""
+    ops = [a.op for a in chain]
+    if not ops or ops.count(AluOp.SHR) > 1 or ops.count(AluOp.MIN) > 1 \
+            or ops.count(AluOp.MAX) > 1 or (AluOp.SHR in ops and ops[0] is not AluOp.SHR):
+        return None
+    imm = {a.op: a.imm for a in chain}
+    shift = imm.get(AluOp.SHR, 0)
+    lo, hi = imm.get(AluOp.MAX, bounds[0]), imm.get(AluOp.MIN, bounds[1])
+    if not 0 <= shift <= 31 or not bounds[0] <= lo <= hi <= bounds[1]:
+        return None
+    return {"shift": shift, "clip_lo": lo, "clip_hi": hi}
+
+
+def _touches(s: Stmt, buffer: Buffer) -> bool:
+    """Whether any statement of ``s`` reads or writes ``buffer``."""
+    for node in stmts(s):
+        if isinstance(node, DmaCopy) and node.sram.buffer is buffer:
+            return True
+        if isinstance(node, (Gemm, Alu)) and any(
+                r is not None and r.buffer is buffer
+                for r in (node.dst, node.src, getattr(node, "wgt", None))):
+            return True
+    return False
+
+
+def _as_post_store(s: Stmt, buffer: Buffer, post: dict[str, int]) -> Stmt:
+    def fn(node: Stmt) -> Stmt | None:
+        if isinstance(node, DmaCopy) and node.sram.buffer is buffer:
+            return replace(node, mem_type=MemType.ACC, **post)
+        return None
+
+    return map_stmts(s, fn)
