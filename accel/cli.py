@@ -17,15 +17,10 @@ from typing import Any
 
 import yaml
 
+from accel.cli_util import EXIT_BAD_INPUT, CliError, check_out_dir, check_out_file, make_out_dir
 from accel.machine.config import HwConfig, load_config, shipped_configs
 
-__all__ = ["main"]
-
-EXIT_BAD_INPUT = 2
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit status 2."""
+__all__ = ["CliError", "main"]
 
 
 def _config(spec: str | None) -> HwConfig:
@@ -63,10 +58,11 @@ def cmd_config_list(args: argparse.Namespace) -> int:
 def cmd_asm(args: argparse.Namespace) -> int:
     from accel.machine.program import assemble_file
 
+    output = check_out_file(args.output, "-o", inputs=[args.source])
     cfg = _config(args.config) if args.config else None
     program = assemble_file(args.source, config=cfg)
     program.validate()
-    program.save(args.output)
+    program.save(output)
     print(f"{args.output}: {len(program.insns)} instructions, {len(program.uops)} micro-ops "
           f"for {program.config.name}")
     return 0
@@ -75,11 +71,12 @@ def cmd_asm(args: argparse.Namespace) -> int:
 def cmd_disasm(args: argparse.Namespace) -> int:
     from accel.machine.program import Program, disassemble
 
+    output = check_out_file(args.output, "-o", inputs=[args.program]) if args.output else None
     cfg = _config(args.config) if args.config else None
     program = Program.load(args.program, config=cfg)
     text = disassemble(program)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     return 0
@@ -147,6 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
 
+    out_dir = check_out_dir(args.out, "--out") if args.out else None
     cfg = _config(args.config)
     if args.tuning_log and not Path(args.tuning_log).is_file():
         raise CliError(f"{args.tuning_log}: no such tuning log")
@@ -167,7 +165,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"tuning log {args.tuning_log}: {logged} of {len(exe.compiled)} accelerator "
               "layers use logged knobs, the others the heuristic's")
     check = (not is_onnx) if args.check is None else args.check
-    out_dir = Path(args.out) if args.out else None
     dumped = None
     if dump is not None:
         dumped = args.vcd_layer or next(iter(exe.compiled), None)
@@ -204,7 +201,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "with the numpy reference network")
     print(f"time: compile {compiled - started:.2f} s, run {ran - compiled:.2f} s")
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        make_out_dir(out_dir, "--out")
         report.write_json(out_dir / "report.json")
         report.write_csv(out_dir / "layers.csv")
         if args.backend != "fsim":
@@ -316,6 +313,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # A file that could not be read or written after the checks passed (a full disk, a
+        # folder removed meanwhile): still one line naming it.
+        if os.environ.get("ACCEL_DEBUG") or not exc.filename:
+            raise
+        print(f"accel: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

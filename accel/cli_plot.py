@@ -67,10 +67,12 @@ def cmd_waveform(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Draw the requested kinds; print one line per file written and per kind skipped."""
+    from accel.cli_util import check_out_dir
     from accel.plots import KINDS, plot_all
 
+    out = check_out_dir(args.out, "--out") if args.out else None
     kinds = args.kind or list(KINDS)
-    written, skipped = plot_all(Path(args.dir), kinds, Path(args.out) if args.out else None,
+    written, skipped = plot_all(Path(args.dir), kinds, out,
                                 area=args.area, trace=Path(args.trace) if args.trace else None,
                                 max_cycles=args.max_cycles)
     for path in written:
