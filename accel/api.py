@@ -170,14 +170,18 @@ def add(a: Any, b: Any, shift: int = 0, relu: bool = False,
 def load_model(model: Any, batch: int = 1, image_size: int | None = None) -> Any:
     """A graph from a zoo name (``"resnet18"``), an ``.onnx`` path, or a graph (returned as is).
 
+    ``batch`` sizes a zoo model, or an ONNX input's symbolic first dimension; ``image_size``
+    (default 224) sizes a zoo model only: an ONNX file fixes its input shape.
+
     Raises
     ------
     compiler.graph.ir.GraphError
-        Unknown model name, unreadable or invalid ONNX file.
+        Unknown model name, unreadable or invalid ONNX file, an ``image_size`` for an ONNX
+        model, a batch or image size below 1.
     """
     from pathlib import Path
 
-    from compiler.graph.ir import Graph
+    from compiler.graph.ir import Graph, GraphError
 
     if isinstance(model, Graph):
         return model
@@ -185,10 +189,14 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None) -> Any
     if text.endswith(".onnx") or Path(text).suffix == ".onnx":
         from compiler.graph.onnx_frontend import import_onnx
 
-        return import_onnx(text)
+        if image_size is not None:
+            raise GraphError(f"{text}: image_size applies to zoo models only; the input shape "
+                             "of an ONNX model is fixed by the file")
+        return import_onnx(text, batch=batch)
     from compiler.graph.zoo import load_zoo
 
-    return load_zoo(text, batch=batch, image_size=image_size or 224)
+    # None means the default; 0 is an error (the zoo says so), not the default.
+    return load_zoo(text, batch=batch, image_size=224 if image_size is None else image_size)
 
 
 def sample_inputs(graph: Any, seed: Any = 0, calibration_samples: int = 8

@@ -17,7 +17,14 @@ from typing import Any
 
 import yaml
 
-from accel.cli_util import EXIT_BAD_INPUT, CliError, check_out_dir, check_out_file, make_out_dir
+from accel.cli_util import (
+    EXIT_BAD_INPUT,
+    CliError,
+    check_model_options,
+    check_out_dir,
+    check_out_file,
+    make_out_dir,
+)
 from accel.machine.config import HwConfig, load_config, shipped_configs
 
 __all__ = ["CliError", "main"]
@@ -144,6 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
 
+    check_model_options(args.model, args.batch, args.image_size)
     out_dir = check_out_dir(args.out, "--out") if args.out else None
     cfg = _config(args.config)
     if args.tuning_log and not Path(args.tuning_log).is_file():

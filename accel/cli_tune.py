@@ -160,6 +160,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise TuneError(f"--trials must be >= 1, got {args.trials}")
     if args.workers is not None and args.workers < 1:
         raise TuneError(f"--workers must be >= 1, got {args.workers}")
+    from accel.cli_util import check_model_options
+
+    check_model_options(args.target, args.batch, args.image_size,
+                        layers=parse_layers(args.target) is not None)
     cfg = load_config(args.config)
     log = TuningLog(args.log)
     if log.path.is_dir():

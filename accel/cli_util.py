@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERRUPTED", "PROGRESS_INTERVAL",
-           "WORKERS_HELP", "CliError", "Progress", "add_deprecated_alias", "check_out_dir",
-           "check_out_file", "default_workers", "make_out_dir", "parse_window"]
+           "WORKERS_HELP", "CliError", "Progress", "add_deprecated_alias",
+           "check_model_options", "check_out_dir", "check_out_file", "default_workers",
+           "make_out_dir", "parse_window"]
 
 EXIT_FAILED = 1
 """The command ran but what it checks failed (a check, error rows of a sweep)."""
@@ -104,6 +105,33 @@ def check_out_file(path: str | os.PathLike[str], flag: str,
         if out.exists() and Path(source).exists() and out.samefile(source):
             raise CliError(f"{out}: cannot write {flag}: it is the input file")
     return out
+
+
+# ---------------------------------------------------------------------- models
+def check_model_options(model: str, batch: int, image_size: int | None,
+                        layers: bool = False) -> None:
+    """``--batch`` and ``--image-size`` checked against the model they size, before loading.
+
+    ``layers``: ``model`` names ResNet-18 layers (``accel tune C2-C12``), whose sizes are fixed.
+
+    Raises
+    ------
+    CliError
+        A size below 1, or ``--image-size`` where nothing would read it (an ONNX file or a
+        layer list, whose input shapes are fixed), which used to be ignored without a word.
+    """
+    if batch < 1:
+        raise CliError(f"--batch must be at least 1, not {batch}")
+    if image_size is None:
+        return
+    if image_size < 1:
+        raise CliError(f"--image-size must be at least 1, not {image_size}")
+    if layers:
+        raise CliError(f"--image-size applies to zoo models only; the layers {model} have the "
+                       "sizes of the TVM paper's ResNet-18")
+    if Path(model).suffix == ".onnx":
+        raise CliError(f"--image-size applies to zoo models only; the input shape of {model} "
+                       "is fixed by the file")
 
 
 # ---------------------------------------------------------------------- windows

@@ -71,3 +71,46 @@ def test_plot_asm_disasm_output_paths_are_one_line(program_file: Path, tmp_path:
     assert main(["asm", str(source), "-o", str(source)]) == 2
     assert one_line(capsys) == f"{source}: cannot write -o: it is the input file"
     assert source.read_text() == text
+
+
+# ---------------------------------------------------------------------- image sizes
+@pytest.mark.parametrize("command", ["run", "tune"])
+@pytest.mark.parametrize("size", ["0", "-3"])
+def test_image_size_below_one_is_an_error(command: str, size: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """0 used to run at 224 (``image_size or 224``)."""
+    assert main([command, "resnet18", "--image-size", size]) == 2
+    assert one_line(capsys) == f"--image-size must be at least 1, not {size}"
+
+
+def test_load_model_refuses_image_size_zero() -> None:
+    import accel
+    from compiler.graph.ir import GraphError
+
+    with pytest.raises(GraphError, match=r"^resnet18: image_size must be an int >= 1, got 0$"):
+        accel.load_model("resnet18", image_size=0)
+
+
+def test_image_size_with_an_onnx_model_is_refused(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """An ONNX file fixes its input shape: --image-size was silently ignored."""
+    onnx = pytest.importorskip("onnx")
+    from test_graph_frontends import small_cnn
+
+    import accel
+    from compiler.graph.ir import GraphError
+
+    path = tmp_path / "cnn.onnx"
+    onnx.save(small_cnn(size=8), str(path))
+    for command in ("run", "tune"):
+        assert main([command, str(path), "--image-size", "64"]) == 2
+        assert one_line(capsys) == (f"--image-size applies to zoo models only; the input "
+                                    f"shape of {path} is fixed by the file")
+    with pytest.raises(GraphError, match="image_size applies to zoo models only"):
+        accel.load_model(str(path), image_size=64)
+
+
+def test_image_size_with_a_layer_list_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tune", "C2-C12", "--image-size", "64"]) == 2
+    assert one_line(capsys) == ("--image-size applies to zoo models only; the layers C2-C12 "
+                                "have the sizes of the TVM paper's ResNet-18")
