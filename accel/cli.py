@@ -63,12 +63,23 @@ def cmd_config_list(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- programs
 def cmd_asm(args: argparse.Namespace) -> int:
-    from accel.machine.program import assemble_file
+    from accel.machine.program import ProgramError, assemble_file
+    from accel.machine.tokens import check_tokens
 
     output = check_out_file(args.output, "-o", inputs=[args.source])
     cfg = _config(args.config) if args.config else None
     program = assemble_file(args.source, config=cfg)
-    program.validate()
+    try:
+        program.validate()
+    except ProgramError as exc:
+        raise CliError(f"{args.source}: {exc}") from None
+    try:
+        check_tokens(program)  # a deadlock or tokens left at FINISH: accel exec would fail
+    except ProgramError as exc:
+        message = f"{args.source}: dependency tokens do not balance: {exc}"
+        if not args.allow_unbalanced:
+            raise CliError(f"{message}; pass --allow-unbalanced to write it anyway") from None
+        print(f"accel: warning: {message}", file=sys.stderr)
     program.save(output)
     print(f"{args.output}: {len(program.insns)} instructions, {len(program.uops)} micro-ops "
           f"for {program.config.name}")
@@ -294,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="assembly text (the form accel disasm prints)")
     p.add_argument("-o", "--output", required=True, help="binary program file to write")
     p.add_argument("--config", help="config name or path (default: the .config directive)")
+    p.add_argument("--allow-unbalanced", action="store_true",
+                   help="write a program whose dependency tokens do not balance (it deadlocks "
+                        "or leaves tokens at FINISH) with a warning instead of refusing it")
     p.set_defaults(func=cmd_asm)
 
     p = sub.add_parser("disasm", help="print a binary program as assembly text")

@@ -114,3 +114,56 @@ def test_image_size_with_a_layer_list_is_refused(capsys: pytest.CaptureFixture[s
     assert main(["tune", "C2-C12", "--image-size", "64"]) == 2
     assert one_line(capsys) == ("--image-size applies to zoo models only; the layers C2-C12 "
                                 "have the sizes of the TVM paper's ResNet-18")
+
+
+# ---------------------------------------------------------------------- accel asm
+def _listing(program_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+             ) -> list[str]:
+    assert main(["disasm", str(program_file)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+def test_asm_without_config_names_the_file_line_and_directive(
+        program_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It used to assemble for the packaged default config without a word (here: a program
+    for tiny, silently rebuilt for 1x8x8)."""
+    lines = [line for line in _listing(program_file, tmp_path, capsys)
+             if not line.startswith(".config")]
+    source = tmp_path / "noconf.s"
+    source.write_text("\n".join(lines) + "\n")
+    first = next(n for n, line in enumerate(lines, 1) if line.strip().startswith("0: LOAD"))
+    out = tmp_path / "x.bin"
+    assert main(["asm", str(source), "-o", str(out)]) == 2
+    assert one_line(capsys) == (f"{source}:{first}: no .config directive before the first "
+                                "instruction; add one (.config NAME) or pass the config "
+                                "(accel asm --config NAME)")
+    assert not out.exists()
+    assert main(["asm", str(source), "-o", str(out), "--config", "tiny"]) == 0
+    assert out.read_bytes() == program_file.read_bytes()
+
+
+def test_asm_refuses_unbalanced_tokens(program_file: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """One GEMM line deleted: the token it popped stays in its queue at FINISH. accel exec
+    used to be the first to notice."""
+    lines = _listing(program_file, tmp_path, capsys)
+    gemm = next(n for n, line in enumerate(lines) if ": GEMM pop_prev" in line)
+    source = tmp_path / "unbalanced.s"
+    source.write_text("\n".join(lines[:gemm] + lines[gemm + 1:]) + "\n")
+    out = tmp_path / "u.bin"
+    message = (f"{source}: dependency tokens do not balance: FINISH at instruction 8 left "
+               "tokens in load->compute=1 (last pushed by instruction 2)")
+    assert main(["asm", str(source), "-o", str(out)]) == 2
+    assert one_line(capsys) == message + "; pass --allow-unbalanced to write it anyway"
+    assert not out.exists()
+    assert main(["asm", str(source), "-o", str(out), "--allow-unbalanced"]) == 0
+    assert capsys.readouterr().err == f"accel: warning: {message}\n"
+    assert out.exists()
+
+
+def test_asm_validation_errors_name_the_file(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "empty.s"
+    source.write_text(".config tiny\n.text\n  GEMM\n")
+    assert main(["asm", str(source), "-o", str(tmp_path / "e.bin")]) == 2
+    assert one_line(capsys) == f"{source}: program has no FINISH instruction"
