@@ -5,7 +5,8 @@
 
 Failures that stop the sweep (a bad spec, a results folder of another spec, an unreachable
 scheduler) are one ``accel: error: ...`` line and exit status 2; a point that fails is a row
-with ``status == error`` and the sweep goes on. Re-running the same command resumes.
+with ``status == error`` and the sweep goes on, and then exits with status 1 and a line
+counting the failed points. Re-running the same command resumes.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Any
 
 __all__ = ["add_parsers", "cmd_sweep"]
 
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
+from accel.cli_util import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -40,7 +40,7 @@ def add_parsers(subparsers: Any) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """``accel sweep``: load the spec, run the missing points, print a summary."""
-    from accel.dse import load_spec, run_sweep
+    from accel.dse import load_spec, read_results, run_sweep
 
     spec = load_spec(args.spec)
     if args.workers is not None and args.workers < 1:
@@ -65,4 +65,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"results: {files}")
     if s.error_messages:
         print(f"first error: {s.error_messages[0]}")
+    # Counted over the whole results file: a resumed sweep keeps the error rows of earlier
+    # runs (their points are done), and a script must still see that the sweep has failures.
+    failed = {r["point_id"] for r in read_results(args.out) if r.get("status") == "error"}
+    if failed:
+        print(f"accel: {len(failed)} of {s.points} points of sweep {spec.name} ended in error; "
+              f"the error column of {s.results} says why", file=sys.stderr)
+        return EXIT_FAILED
     return 0
