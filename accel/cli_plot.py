@@ -67,9 +67,11 @@ def cmd_waveform(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Draw the requested kinds; print one line per file written and per kind skipped."""
-    from accel.cli_util import check_out_dir
+    from accel.cli_util import CliError, check_out_dir
     from accel.plots import KINDS, plot_all
 
+    if args.max_cycles is not None and args.max_cycles < 1:
+        raise CliError(f"--max-cycles must be at least 1, not {args.max_cycles}")
     out = check_out_dir(args.out, "--out") if args.out else None
     kinds = args.kind or list(KINDS)
     written, skipped = plot_all(Path(args.dir), kinds, out,

@@ -367,37 +367,66 @@ def _read_trace(path: Path) -> tuple[dict[str, list[tuple[float, float]]], float
     return slices, clock
 
 
-def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None) -> list[Path]:
-    """Gantt chart of module activity from ``trace`` (``SimStats.write_trace`` output).
+def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None,
+                  first_cycle: int = 0, title: str | None = None) -> list[Path]:
+    """Gantt chart of module activity from ``trace`` (``SimStats.write_trace`` or
+    ``RunReport.write_trace`` output).
 
-    ``max_cycles`` limits the window to the first that many cycles (whole run by default).
+    The window is ``max_cycles`` cycles from ``first_cycle`` (default: the whole run).
+    ``title`` says what ran (default: the trace file's name).
+
+    Raises
+    ------
+    PlotError
+        Not a trace, a window of no cycles, or one with no activity in it.
     """
-    plt = _pyplot()
-
+    if max_cycles is not None and max_cycles < 1:
+        raise PlotError(f"max_cycles must be at least 1, not {max_cycles}")
+    if first_cycle < 0:
+        raise PlotError(f"first_cycle must be 0 or more, not {first_cycle}")
     slices, clock = _read_trace(trace)
     to_cycles = clock if clock else 1.0  # trace timestamps are microseconds at the clock
+    tracks = [m for m in MODULES if slices[m]]  # the simulator records no fetch slices
+    last = None if max_cycles is None else first_cycle + max_cycles
+    spans: dict[str, list[tuple[float, float]]] = {}
+    run_end = 0.0
+    for m in tracks:
+        spans[m] = []
+        for ts, dur in slices[m]:
+            start, stop = ts * to_cycles, (ts + dur) * to_cycles
+            run_end = max(run_end, stop)
+            # outside the window (an instruction of no cycles counts where it starts)
+            if stop < first_cycle or (stop == first_cycle and stop > start) \
+                    or (last is not None and start >= last):
+                continue
+            s0 = max(start, first_cycle)
+            spans[m].append((s0, (stop if last is None else min(stop, last)) - s0))
+    if not any(spans.values()):
+        unit = "cycle" if clock else "µs"
+        raise PlotError(f"{trace}: no activity from {unit} {first_cycle} on: the trace ends "
+                        f"at {unit} {run_end:.0f}")
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(11, 3.2))
     colours = {"fetch": "tab:gray", "load": "tab:blue", "compute": "tab:orange",
                "store": "tab:green"}
-    tracks = [m for m in MODULES if slices[m]]  # the simulator records no fetch slices
-    end = 0.0
+    end = float(first_cycle)
     for row, m in enumerate(tracks):
-        spans = [(ts * to_cycles, dur * to_cycles) for ts, dur in slices[m]]
-        if max_cycles is not None:
-            spans = [(s, min(d, max_cycles - s)) for s, d in spans if s < max_cycles]
-        end = max([end] + [s + d for s, d in spans])
-        busy = sum(d for _, d in spans)
-        ax.broken_barh(spans, (row - 0.38, 0.76), color=colours[m],
-                       label=f"{m}: {len(spans):,} instructions")
+        end = max([end] + [s + d for s, d in spans[m]])
+        busy = sum(d for _, d in spans[m])
+        ax.broken_barh(spans[m], (row - 0.38, 0.76), color=colours[m],
+                       label=f"{m}: {len(spans[m]):,} instructions")
         ax.text(1.005, row, f"{busy:,.0f} {'cycles' if clock else 'µs'} busy",
                 transform=ax.get_yaxis_transform(), fontsize="x-small", va="center")
     ax.set_yticks(range(len(tracks)), tracks)
     ax.set_ylim(-0.6, len(tracks) - 0.4)
     ax.invert_yaxis()
-    ax.set_xlim(0, end or 1)
+    ax.set_xlim(first_cycle, last if last is not None else (end or 1))
     ax.set_xlabel("cycle" if clock else "time (µs)")
-    ax.set_title(f"module activity: {trace.stem}"
-                 + (f" (first {max_cycles:,} cycles)" if max_cycles else ""))
+    window = ""
+    if max_cycles is not None or first_cycle:
+        window = (f" (cycles {first_cycle:,} to {last:,})" if last is not None
+                  else f" (from cycle {first_cycle:,})")
+    ax.set_title(f"module activity: {title or trace.stem}{window}")
     ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     return _save(fig, out, "timeline")
 

@@ -115,6 +115,27 @@ def test_timeline_renders(measured: Any, tmp_path: Path) -> None:
     _check_image(plot_timeline(trace, tmp_path / "w", max_cycles=500), "timeline")
 
 
+def test_timeline_window_must_hold_cycles(measured: Any, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A window of 0 or fewer cycles, or one past the end of the run, used to draw an empty
+    chart."""
+    from accel.cli import main
+
+    _, folder = measured
+    trace = sorted((folder / "traces").glob("*.json"))[0]
+    for n in (0, -5):
+        with pytest.raises(PlotError, match=f"^max_cycles must be at least 1, not {n}$"):
+            plot_timeline(trace, tmp_path, max_cycles=n)
+        assert main(["plot", str(folder), "--kind", "timeline", "--trace", str(trace),
+                     "--max-cycles", str(n), "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.splitlines()[-1] == f"accel: error: --max-cycles must be at least 1, not {n}"
+    with pytest.raises(PlotError, match=r"no activity from cycle 10000000 on: the trace ends "
+                                        r"at cycle \d+$"):
+        plot_timeline(trace, tmp_path, first_cycle=10_000_000)
+    assert not list(tmp_path.iterdir()), "a failed plot wrote files"
+
+
 def test_timeline_rejects_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
     bad = tmp_path / "t.json"
     bad.write_text("{not json")
