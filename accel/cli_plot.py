@@ -67,20 +67,25 @@ def cmd_waveform(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Draw the requested kinds; print one line per file written and per kind skipped."""
-    from accel.cli_util import CliError, check_out_dir
+    from accel.cli_util import EXIT_FAILED, CliError, check_out_dir
     from accel.plots import KINDS, plot_all
 
     if args.max_cycles is not None and args.max_cycles < 1:
         raise CliError(f"--max-cycles must be at least 1, not {args.max_cycles}")
     out = check_out_dir(args.out, "--out") if args.out else None
     kinds = args.kind or list(KINDS)
+    failed: list[str] = []
     written, skipped = plot_all(Path(args.dir), kinds, out,
                                 area=args.area, trace=Path(args.trace) if args.trace else None,
-                                max_cycles=args.max_cycles)
+                                max_cycles=args.max_cycles, failed=failed)
     for path in written:
         print(f"wrote {path}")
     for note in skipped:
         print(f"skipped {note}", file=sys.stderr)
+    for note in failed:  # each kind fails alone, on its own line
+        print(f"accel: error: {note}", file=sys.stderr)
+    if failed:
+        return EXIT_FAILED
     if not written:
         print("accel: error: nothing could be plotted", file=sys.stderr)
         return 2

@@ -245,10 +245,13 @@ def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
 
     columns = ["cycles", "macs", "dram_bytes", "clock_mhz", "peak_macs_per_cycle",
                "dram_bytes_per_cycle"]
+    # Layers without MACs (a model's residual adds) do no operations the roofs bound, and 0
+    # ops per byte has no place on a log axis.
     ok = [r for r in _need(rows, columns, "roofline", "dram_bytes", source)
-          if r["dram_bytes"] > 0 and r["cycles"] > 0]
+          if r["dram_bytes"] > 0 and r["cycles"] > 0 and r["macs"] > 0]
     if not ok:
-        raise PlotError(f"{source}: the roofline plot needs rows with DRAM traffic and cycles")
+        raise PlotError(f"{source}: the roofline plot needs rows with MACs, DRAM traffic and "
+                        "cycles")
     fig, ax = plt.subplots(figsize=(8, 5.5))
     intensity = [2.0 * r["macs"] / r["dram_bytes"] for r in ok]
     xs = np.geomspace(min(intensity) / 4, max(intensity) * 4, 200)
@@ -529,12 +532,15 @@ def _match(name: str, pattern: str) -> bool:
 
 def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None = None,
              area: str = "luts", trace: Path | None = None,
-             max_cycles: int | None = None) -> tuple[list[Path], list[str]]:
+             max_cycles: int | None = None, failed: list[str] | None = None,
+             ) -> tuple[list[Path], list[str]]:
     """Draw ``kinds`` from ``results_dir`` into ``out`` (default ``results_dir/plots``).
 
     Returns the written paths and one note per kind skipped because the results lack what it
     needs; that is only allowed when several kinds were asked for: a single requested kind
-    that cannot be drawn raises :class:`PlotError`.
+    that cannot be drawn raises :class:`PlotError`. A kind that fails otherwise (a bug) does
+    not stop the others: its one-line note goes to ``failed`` when given, else to the
+    skipped ones.
     """
     from accel.dse import read_results
 
@@ -565,6 +571,9 @@ def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None =
             if len(kinds) == 1:
                 raise
             skipped.append(f"{kind}: {exc}")
+        except Exception as exc:
+            note = f"the {kind} plot failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+            (failed if failed is not None else skipped).append(note)
     return written, skipped
 
 

@@ -160,6 +160,58 @@ def test_missing_metric_and_empty_results_are_one_line_errors(measured: Any,
     assert not list(tmp_path.iterdir()), "a failed plot wrote files"
 
 
+def test_roofline_leaves_out_rows_without_macs(measured: Any, tmp_path: Path) -> None:
+    """A whole model's residual adds have DRAM traffic but no MACs: 0 ops per byte has no
+    place on a log axis ("Geometric sequence cannot include zero")."""
+    rows, _ = measured
+    adds = [{**r, "layer": f"{r['layer']}.add", "point_id": f"{r['point_id']}a", "macs": 0}
+            for r in rows if r["status"] == "ok"]
+    _check_image(plot_roofline(rows + adds, tmp_path), "roofline")
+    with pytest.raises(PlotError, match=r"^x: the roofline plot needs rows with MACs, DRAM "
+                                        r"traffic and cycles$"):
+        plot_roofline(adds, tmp_path / "none", source="x")
+
+
+@pytest.fixture(scope="module")
+def model_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep folder of one whole-model point (ResNet-18 at 16 px, every layer a row), with
+    its trace."""
+    from accel.dse import load_spec, run_sweep
+
+    folder = tmp_path_factory.mktemp("model")
+    spec = folder / "m.yaml"
+    spec.write_text("name: m\nbase: default\nworkloads:\n  - model: resnet18\n"
+                    "    image_size: 16\nmetrics: [cycles, gemm_utilization, dram_bytes, "
+                    "stalls]\ntraces: true\n")
+    run_sweep(load_spec(spec), folder / "out", workers=1, quiet=True)
+    return folder / "out"
+
+
+def test_whole_model_sweep_plots_every_kind_and_a_failing_kind_fails_alone(
+        model_sweep: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import accel.plots
+    from accel.cli import main
+
+    out = model_sweep
+    assert main(["plot", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert [Path(line.split()[-1]).name for line in captured.out.splitlines()] == [
+        f"{kind}.{ext}" for kind in ("utilization", "stalls", "roofline", "timeline")
+        for ext in ("png", "svg")]
+
+    def broken(*args: Any, **kwargs: Any) -> list[Path]:
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(accel.plots, "plot_stalls", broken)
+    assert main(["plot", str(out), "--kind", "stalls", "--kind", "roofline"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "".join(f"wrote {out / 'plots' / f'roofline.{ext}'}\n"
+                                   for ext in ("png", "svg"))
+    assert captured.err == ("accel: error: the stalls plot failed: ZeroDivisionError: float "
+                            "division by zero\n")
+
+
 def test_pareto_front_keeps_exactly_the_non_dominated_points() -> None:
     points = [(3.0, 1.0), (1.0, 5.0), (2.0, 2.0), (2.5, 2.5), (1.0, 6.0), (4.0, 1.0)]
     front = pareto_front(points)
