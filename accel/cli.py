@@ -125,33 +125,32 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def print_report(report: Any, out: Any = None) -> None:
-    """The per-layer table and the totals."""
+    """The per-layer table and the totals (columns as in layers.csv, docs/reference.md)."""
     out = out or sys.stdout
     header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
-              f"{'ms':>8} {'util':>5} {'DRAM KB':>8}  largest stall")
+              f"{'sim ms':>8} {'host ms':>8} {'util':>5} {'DRAM KiB':>8}  largest stall")
     print(header, file=out)
     print("-" * len(header), file=out)
     for layer in report.layers:
         shape = "x".join(str(s) for s in layer.output_shape)
-        ms = layer.milliseconds if layer.target == "accel" else layer.wall_ms
         print(f"{layer.name:<22.22} {layer.op:<16.16} {shape:<17.17} {layer.target:<6} "
-              f"{_fmt(layer.cycles, 'd'):>10} {_fmt(ms, '.3f'):>8} "
-              f"{_fmt(layer.gemm_utilization, '.2f'):>5} {_fmt(layer.dram_kb, '.1f'):>8}  "
-              f"{layer.largest_stall or ''}", file=out)
+              f"{_fmt(layer.cycles, 'd'):>10} {_fmt(layer.sim_ms, '.3f'):>8} "
+              f"{_fmt(layer.host_ms, '.3f'):>8} {_fmt(layer.gemm_utilization, '.2f'):>5} "
+              f"{_fmt(layer.dram_kib, '.1f'):>8}  {layer.largest_stall or ''}", file=out)
     t = report.totals()
     print("-" * len(header), file=out)
     cycles = t["accel_cycles"]
     if cycles is not None:
-        print(f"accelerator: {cycles} cycles = {t['accel_ms']:.3f} ms at "
+        print(f"accelerator: {cycles} cycles = {t['accel_sim_ms']:.3f} ms at "
               f"{report.clock_mhz:g} MHz ({report.backend}, {report.config})", file=out)
     else:
         print(f"accelerator: functional only ({report.backend}, {report.config})", file=out)
-    print(f"fallback ({report.fallback}): {t['fallback_wall_ms']:.1f} ms wall; "
+    print(f"fallback ({report.fallback}): {t['fallback_host_ms']:.1f} ms host time; "
           f"MACs offloaded: {100 * t['offloaded_mac_share']:.2f}%", file=out)
     plan = report.memory_plan
     if plan.get("peak_bytes"):
-        print(f"DRAM plan: peak {plan['peak_bytes'] / 1024:.0f} KB vs naive "
-              f"{plan['naive_bytes'] / 1024:.0f} KB", file=out)
+        print(f"DRAM plan: peak {plan['peak_bytes'] / 1024:.0f} KiB vs naive "
+              f"{plan['naive_bytes'] / 1024:.0f} KiB", file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -30,14 +30,22 @@ from compiler.ops.eltwise import AddWorkload, compile_add, identity_tile
 from compiler.ops.matmul import MatmulWorkload
 from runtime.backends import fallback_kernels, find_backend, prefetch_timing, run_program
 
-__all__ = ["Executable", "LayerReport", "RunReport"]
+__all__ = ["LAYER_CSV_COLUMNS", "Executable", "LayerReport", "RunReport"]
 
 Progress = Callable[[int, int, str], None]
 
 
 @dataclass
 class LayerReport:
-    """One node's execution."""
+    """One node's execution (every field is defined, with its unit, in docs/reference.md).
+
+    Two times, never mixed: ``sim_ms`` is the simulated time of an accelerator layer at the
+    config's clock (``cycles`` / clock; None on ``fsim`` and for fallback layers), ``host_ms``
+    the wall time this process spent on the node (simulation or fallback kernel included).
+    ``gemm_utilization`` is None where there are no MACs (an ALU-only layer such as a
+    residual add) or no cycles. ``dram_kib`` is the DRAM traffic in KiB (1024 bytes).
+    ``stalls`` and ``busy`` are cycles per module (timing simulator only).
+    """
 
     name: str
     op: str
@@ -46,13 +54,20 @@ class LayerReport:
     output_shape: list[int]
     macs: int
     cycles: int | None = None
-    milliseconds: float | None = None
+    sim_ms: float | None = None
+    host_ms: float = 0.0
     gemm_utilization: float | None = None
-    dram_kb: float | None = None
+    dram_kib: float | None = None
     largest_stall: str | None = None
     stalls: dict[str, dict[str, int]] = field(default_factory=dict)
-    wall_ms: float = 0.0
+    busy: dict[str, int] = field(default_factory=dict)
     check: bool | None = None
+
+
+LAYER_CSV_COLUMNS = ("name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
+                     "sim_ms", "host_ms", "gemm_utilization", "dram_kib", "largest_stall",
+                     "check")
+"""The columns of ``layers.csv``: every :class:`LayerReport` field but the per-module dicts."""
 
 
 @dataclass
@@ -74,12 +89,19 @@ class RunReport:
         return sum(layer.cycles or 0 for layer in self.layers if layer.target == "accel")
 
     @property
-    def accel_ms(self) -> float:
+    def accel_sim_ms(self) -> float:
+        """Simulated time of the accelerator layers at the config's clock."""
         return self.accel_cycles / (self.clock_mhz * 1000.0)
 
     @property
-    def fallback_wall_ms(self) -> float:
-        return sum(layer.wall_ms for layer in self.layers if layer.target != "accel")
+    def fallback_host_ms(self) -> float:
+        """Host wall time of the fallback layers."""
+        return sum(layer.host_ms for layer in self.layers if layer.target != "accel")
+
+    @property
+    def host_ms(self) -> float:
+        """Host wall time of every layer (simulation included)."""
+        return sum(layer.host_ms for layer in self.layers)
 
     @property
     def offloaded_mac_share(self) -> float:
@@ -90,8 +112,9 @@ class RunReport:
     def totals(self) -> dict[str, Any]:
         return {
             "accel_cycles": self.accel_cycles if self.backend != "fsim" else None,
-            "accel_ms": self.accel_ms if self.backend != "fsim" else None,
-            "fallback_wall_ms": self.fallback_wall_ms,
+            "accel_sim_ms": self.accel_sim_ms if self.backend != "fsim" else None,
+            "fallback_host_ms": self.fallback_host_ms,
+            "host_ms": self.host_ms,
             "offloaded_mac_share": self.offloaded_mac_share,
             "layers": len(self.layers),
             "accel_layers": sum(layer.target == "accel" for layer in self.layers),
@@ -112,9 +135,7 @@ class RunReport:
         import csv
         import io
 
-        cols = ["name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
-                "milliseconds", "gemm_utilization", "dram_kb", "largest_stall", "wall_ms",
-                "check"]
+        cols = LAYER_CSV_COLUMNS
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(cols)
@@ -153,9 +174,9 @@ class RunReport:
                 offset_us += (layer.cycles or 0) * us_per_cycle
             else:
                 events.append({"ph": "X", "pid": 1, "tid": cpu_tid, "name": name,
-                               "ts": offset_us, "dur": layer.wall_ms * 1000.0,
-                               "args": {"op": layer.op, "wall_ms": layer.wall_ms}})
-                offset_us += layer.wall_ms * 1000.0
+                               "ts": offset_us, "dur": layer.host_ms * 1000.0,
+                               "args": {"op": layer.op, "host_ms": layer.host_ms}})
+                offset_us += layer.host_ms * 1000.0
         events.append({"ph": "M", "pid": 1, "tid": 9, "name": "thread_name",
                        "args": {"name": "layers"}})
         _atomic_write(Path(path), json.dumps({"traceEvents": events,
@@ -383,51 +404,63 @@ class Executable:
         layer = LayerReport(node.name, node.op, node.attrs.get("target", "cpu"),
                             [list(g.values[v].shape) for v in node.inputs],
                             list(out_t.shape), _macs(node, g))
+        start = time.perf_counter()
         if layer.target == "accel":
-            op = self.compiled[node.name]
-            x = env[node.inputs[0]]
-            args = dict(self.packed[node.name])
-            blocked = _as_blocked(x, g.values[node.inputs[0]].layout, self.cfg)
-            if isinstance(op.workload, AddWorkload):
-                args["a"] = blocked
-                args["b"] = _as_blocked(env[node.inputs[1]], g.values[node.inputs[1]].layout,
-                                        self.cfg)
-            elif isinstance(op.workload, Conv2dWorkload):
-                args["data"] = blocked
-            else:
-                args["a"] = blocked
-            image = op.dram(**args)
-            result = run_program(op.program, image, config=self.cfg,
-                                 backend=device.caps.name, trace=trace, **options)
-            region = op.program.regions["out"]
-            out_blocked = image.read("out", "int8", region.shape)
-            env[node.outputs[0]] = out_blocked if out_t.layout not in ("NCHW", "NC") else \
-                self._unblock(out_blocked, out_t.shape)
-            stats = result.stats
-            if device.caps.timed:
-                layer.cycles = result.cycles
-                layer.milliseconds = result.cycles / (self.cfg.clock_mhz * 1000.0)
+            stats = self._run_accel(node, env, device, trace, options, layer)
+        else:
+            stats = None
+            env[node.outputs[0]] = self._fallback(node, env, kernels)
+        layer.host_ms = (time.perf_counter() - start) * 1000.0
+        return layer, stats
+
+    def _run_accel(self, node: Node, env: dict[str, np.ndarray], device: Any, trace: bool,
+                   options: Mapping[str, Any], layer: LayerReport) -> Any:
+        """Run an accelerator node; fill ``layer``'s device figures; return the timing
+        simulator's stats (None on other backends)."""
+        g = self.graph
+        out_t = g.values[node.outputs[0]]
+        op = self.compiled[node.name]
+        x = env[node.inputs[0]]
+        args = dict(self.packed[node.name])
+        blocked = _as_blocked(x, g.values[node.inputs[0]].layout, self.cfg)
+        if isinstance(op.workload, AddWorkload):
+            args["a"] = blocked
+            args["b"] = _as_blocked(env[node.inputs[1]], g.values[node.inputs[1]].layout,
+                                    self.cfg)
+        elif isinstance(op.workload, Conv2dWorkload):
+            args["data"] = blocked
+        else:
+            args["a"] = blocked
+        image = op.dram(**args)
+        result = run_program(op.program, image, config=self.cfg,
+                             backend=device.caps.name, trace=trace, **options)
+        region = op.program.regions["out"]
+        out_blocked = image.read("out", "int8", region.shape)
+        env[node.outputs[0]] = out_blocked if out_t.layout not in ("NCHW", "NC") else \
+            self._unblock(out_blocked, out_t.shape)
+        stats = result.stats
+        if device.caps.timed:
+            layer.cycles = result.cycles
+            layer.sim_ms = result.cycles / (self.cfg.clock_mhz * 1000.0)
+            if layer.macs:  # an ALU-only layer has no GEMM to utilise
                 layer.gemm_utilization = layer.macs / (result.cycles *
                                                        self.cfg.peak_macs_per_cycle)
-            if not device.caps.module_stats:
-                d = stats.to_dict()
-                moved = d.get("dram_bytes_read", 0) + d.get("dram_bytes_written", 0) \
-                    if "dram_bytes_read" in d else sum(stats.bytes_loaded.values()) \
-                    + stats.bytes_stored
-                layer.dram_kb = moved / 1024.0
-                return layer, None
-            if device.caps.timed:
-                moved = sum(stats.dram_loaded.values()) + stats.dram_stored
-                layer.dram_kb = moved / 1024.0
-                layer.stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
-                compute = stats.modules["compute"]
-                layer.largest_stall = compute.largest_stall()
-                return layer, stats
-            return layer, None
-        start = time.perf_counter()
-        env[node.outputs[0]] = self._fallback(node, env, kernels)
-        layer.wall_ms = (time.perf_counter() - start) * 1000.0
-        return layer, None
+        if not device.caps.module_stats:
+            d = stats.to_dict()
+            moved = d.get("dram_bytes_read", 0) + d.get("dram_bytes_written", 0) \
+                if "dram_bytes_read" in d else sum(stats.bytes_loaded.values()) \
+                + stats.bytes_stored
+            layer.dram_kib = moved / 1024.0
+            return None
+        if device.caps.timed:
+            moved = sum(stats.dram_loaded.values()) + stats.dram_stored
+            layer.dram_kib = moved / 1024.0
+            layer.stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
+            layer.busy = {m: int(s.busy) for m, s in stats.modules.items()}
+            compute = stats.modules["compute"]
+            layer.largest_stall = compute.largest_stall()
+            return stats
+        return None
 
     def _unblock(self, blocked: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         if blocked.ndim == 4:

@@ -192,8 +192,12 @@ def test_whole_model_sweep_plots_every_kind_and_a_failing_kind_fails_alone(
         capsys: pytest.CaptureFixture[str]) -> None:
     import accel.plots
     from accel.cli import main
+    from accel.dse import read_results
 
     out = model_sweep
+    rows = read_results(out)
+    adds = [r for r in rows if r["layer"].endswith(".add")]
+    assert adds and all(r["macs"] == 0 and r["gemm_utilization"] is None for r in adds)
     assert main(["plot", str(out)]) == 0
     captured = capsys.readouterr()
     assert [Path(line.split()[-1]).name for line in captured.out.splitlines()] == [

@@ -166,7 +166,8 @@ def _stats_metrics(stats: Any, backend: str, cfg: HwConfig, cycles: int | None, 
     if cycles:
         out["cycles"] = cycles
         out["milliseconds"] = cycles / (cfg.clock_mhz * 1000.0)
-        out["gemm_utilization"] = macs / (cycles * cfg.peak_macs_per_cycle)
+        if macs:  # an ALU-only layer (a residual add) has no GEMM to utilise
+            out["gemm_utilization"] = macs / (cycles * cfg.peak_macs_per_cycle)
     if stats is None:
         return out
     if hasattr(stats, "modules") and hasattr(stats, "dram_loaded"):  # sim.stats.SimStats
@@ -260,8 +261,6 @@ def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
         op = exe.compiled.get(layer.name)
         r.update(_stats_metrics(stats.get(layer.name), point.backend, cfg, layer.cycles,
                                 layer.macs, op.compile_seconds if op is not None else None))
-        if layer.cycles and not layer.macs:
-            r["gemm_utilization"] = 0.0
         if layer.check is False:
             r = _error(r, f"check: {layer.name} differs from the numpy reference")
         rows.append(r)
