@@ -15,8 +15,10 @@ def add_parsers(subparsers: Any) -> None:
     from accel.plots import AREA_METRICS, KINDS
 
     p = subparsers.add_parser(
-        "plot", help="plot a sweep's results: utilisation, stalls, roofline, Pareto, timeline")
-    p.add_argument("dir", help="a sweep output directory (holding results.csv)")
+        "plot", help="plot a sweep's results (utilisation, stalls, roofline, Pareto, "
+                     "timeline) or an accel run folder's (utilisation, stalls, timeline)")
+    p.add_argument("dir", help="a sweep's --out folder (results.csv, traces/) or an accel run "
+                               "--out folder (report.json, trace.json)")
     p.add_argument("--kind", action="append", choices=KINDS,
                    help="plot kind; repeat for several (default: all that the results allow)")
     p.add_argument("--out", default=None, help="output folder (default DIR/plots)")

@@ -152,6 +152,22 @@ def _gops(row: dict[str, Any]) -> float:
     return 2.0 * row["macs"] * row["clock_mhz"] / row["cycles"] / 1000.0
 
 
+def _plain_ticks(minor: bool) -> Any:
+    """Tick labels of a log axis as plain numbers (``0.5``, ``20``, ``1,000``); minor ticks
+    labelled at 2 and 5 times a power of ten only, which keeps them apart."""
+    from matplotlib.ticker import FuncFormatter
+
+    def label(value: float, _: Any) -> str:
+        if value <= 0:
+            return ""
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        if minor and not any(math.isclose(mantissa, m, rel_tol=1e-6) for m in (2, 5)):
+            return ""
+        return f"{value:,.0f}" if value >= 1 else f"{value:.3g}"
+
+    return FuncFormatter(label)
+
+
 # ---------------------------------------------------------------------- plots
 def plot_utilization(rows: Sequence[dict[str, Any]], out: Path,
                      source: str = "results") -> list[Path]:
@@ -266,6 +282,14 @@ def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
     for i, ((peak, bandwidth), sel) in enumerate(sorted(roofs.items())):
         colour = colours(i % colours.N)
         ax.plot(xs, np.minimum(peak, xs * bandwidth), "--", color=colour, linewidth=1)
+        # Each roof says what it is: the compute peak at the right end of its flat part, the
+        # bandwidth on its slope (halfway, on a log axis, to the ridge point).
+        ax.text(xs[-1], peak, f"peak {peak:g} GOPS", color=colour, fontsize="x-small",
+                ha="right", va="bottom")
+        ridge = peak / bandwidth
+        at = math.sqrt(xs[0] * min(ridge, xs[-1]))
+        ax.text(at, at * bandwidth, f"{bandwidth:g} GB/s", color=colour, fontsize="x-small",
+                ha="right", va="bottom")
         n = len({r["config_name"] for r in sel})
         ax.scatter([2.0 * r["macs"] / r["dram_bytes"] for r in sel], [_gops(r) for r in sel],
                    s=18, color=colour, alpha=0.85,
@@ -274,6 +298,9 @@ def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
                          f"{'s' if n > 1 else ''})")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not "6x10^0"
+        axis.set_major_formatter(_plain_ticks(minor=False))
+        axis.set_minor_formatter(_plain_ticks(minor=True))
     ax.set_xlabel("operational intensity (ops per DRAM byte, 2 ops per MAC)")
     ax.set_ylabel("achieved throughput (GOPS)")
     ax.set_title(_title(ok, "roofline (dashed: peak compute and DRAM bandwidth)"))
@@ -533,8 +560,12 @@ def _match(name: str, pattern: str) -> bool:
 def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None = None,
              area: str = "luts", trace: Path | None = None,
              max_cycles: int | None = None, failed: list[str] | None = None,
-             ) -> tuple[list[Path], list[str]]:
+             first_cycle: int = 0) -> tuple[list[Path], list[str]]:
     """Draw ``kinds`` from ``results_dir`` into ``out`` (default ``results_dir/plots``).
+
+    ``results_dir`` is a sweep's folder (``results.csv``, ``traces/``) or an ``accel run
+    --out`` folder (``report.json``, ``trace.json``), from which the utilisation, stalls and
+    timeline plots can be drawn (:func:`run_rows`).
 
     Returns the written paths and one note per kind skipped because the results lack what it
     needs; that is only allowed when several kinds were asked for: a single requested kind
@@ -543,6 +574,7 @@ def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None =
     skipped ones.
     """
     from accel.dse import read_results
+    from accel.dse.results import RESULTS_CSV
 
     results_dir = Path(results_dir)
     out = Path(out) if out is not None else results_dir / "plots"
@@ -550,20 +582,28 @@ def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None =
     if unknown:
         raise PlotError(f"unknown plot kind(s) {', '.join(unknown)}; expected some of "
                         f"{', '.join(KINDS)}")
+    run = not (results_dir / RESULTS_CSV).exists() and (results_dir / RUN_REPORT).exists()
     rows: list[dict[str, Any]] | None = None
-    if any(k != "timeline" for k in kinds) or trace is None:
+    if run:
+        rows = run_rows(results_dir)
+        source = str(results_dir / RUN_REPORT)
+    elif any(k != "timeline" for k in kinds) or trace is None:
         rows = read_results(results_dir)
-    source = str(results_dir / "results.csv")
+        source = str(results_dir / RESULTS_CSV)
     written: list[Path] = []
     skipped: list[str] = []
     for kind in kinds:
         try:
+            if run and kind in ("roofline", "pareto"):
+                raise PlotError(f"the {kind} plot needs a sweep's results ({RESULTS_CSV}); "
+                                f"{results_dir} holds one accel run")
             if kind == "timeline":
-                path = trace or _first_trace(results_dir, rows or [])
-                written += plot_timeline(path, out, max_cycles)
+                path, title = _timeline_source(results_dir, rows or [], trace, run)
+                written += plot_timeline(path, out, max_cycles, first_cycle, title)
             elif kind == "pareto":
                 written += plot_pareto(rows or [], out, area, source)
             else:
+                # looked up when called, so that each kind is the module's current function
                 draw = {"utilization": plot_utilization, "stalls": plot_stalls,
                         "roofline": plot_roofline}[kind]
                 written += draw(rows or [], out, source)
@@ -577,16 +617,86 @@ def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None =
     return written, skipped
 
 
-def _first_trace(results_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
-    """The trace of the ok row with the most cycles (the most interesting timeline)."""
+RUN_REPORT = "report.json"
+RUN_TRACE = "trace.json"
+
+
+def run_rows(folder: Path) -> list[dict[str, Any]]:
+    """The accelerator layers of an ``accel run --out`` folder's ``report.json`` as rows of
+    the sweep's schema (one point per layer; the model as the sweep's name), so the sweep's
+    utilisation and stalls plots draw them.
+
+    Raises
+    ------
+    PlotError
+        ``report.json`` is missing or is not an accel run report.
+    """
+    from accel.dse.results import stall_columns
+
+    path = Path(folder) / RUN_REPORT
+    try:
+        data = json.loads(path.read_text())
+        rows = []
+        for k, layer in enumerate(data["layers"]):
+            if layer["target"] != "accel" or layer.get("cycles") is None:
+                continue
+            kib = layer.get("dram_kib")
+            row = {"point_id": layer["name"], "point_index": k, "sweep": data["model"],
+                   "config_name": data["config"], "core": None, "workload": "",
+                   "layer": layer["name"], "backend": data["backend"], "status": "ok",
+                   "error": "", "clock_mhz": data["clock_mhz"], "cycles": layer["cycles"],
+                   "milliseconds": layer["sim_ms"], "macs": layer["macs"],
+                   "gemm_utilization": layer["gemm_utilization"],
+                   "dram_bytes": None if kib is None else round(kib * 1024)}
+            if layer.get("busy"):
+                row.update(stall_columns(layer["busy"], layer["stalls"]))
+            rows.append(row)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PlotError(f"{path}: not a report written by accel run ({exc})") from None
+    return rows
+
+
+def _timeline_source(results_dir: Path, rows: Sequence[dict[str, Any]], trace: Path | None,
+                     run: bool) -> tuple[Path, str | None]:
+    """The trace the timeline draws, and what ran in it in words (None: the file's name)."""
+    if run:
+        path = trace or results_dir / RUN_TRACE
+        if not path.exists():
+            raise PlotError(f"{path}: no trace (accel run writes one with --out on the sim "
+                            "and rtl backends)")
+        return path, f"{rows[0]['sweep']} on {rows[0]['config_name']}" if rows else None
+    if trace is not None:
+        row = next((r for r in rows if r.get("point_id") == trace.stem), None)
+        return trace, _point_title(rows, row) if row is not None else None
+    path, row = _first_trace(results_dir, rows)
+    return path, _point_title(rows, row) if row is not None else None
+
+
+def _point_title(rows: Sequence[dict[str, Any]], row: dict[str, Any]) -> str:
+    """What a sweep point ran, and on which config: ``resnet18 (whole model) on <config>``,
+    ``C2 on 1x8x8 wgt=64K``."""
+    config = str(row.get("config_name") or "")
+    label = _labels(r for r in rows if r.get("config_name") == config).get(config, config)
+    core = str(row.get("core") or "")
+    if label != config and core and not label.startswith(core):
+        label = f"{core} {label}"  # the sweep's axis values alone do not say which core
+    layers = [r for r in rows if r.get("point_id") == row.get("point_id")]
+    what = f"{row.get('workload')} (whole model)" if len(layers) > 1 else _layer_key(row)
+    return f"{what} on {label}"
+
+
+def _first_trace(results_dir: Path, rows: Sequence[dict[str, Any]]
+                 ) -> tuple[Path, dict[str, Any] | None]:
+    """The trace of the ok row with the most cycles (the most interesting timeline), and
+    that row."""
     folder = results_dir / "traces"
     candidates = sorted(_ok(rows), key=lambda r: -(r.get("cycles") or 0))
     for r in candidates:
         path = folder / f"{r['point_id']}.json"
         if path.exists():
-            return path
+            return path, r
     found = sorted(folder.glob("*.json")) if folder.is_dir() else []
     if found:
-        return found[0]
+        return found[0], None
     raise PlotError(f"{folder}: no traces (run the sweep with 'traces: true' in the spec, "
                     "or pass --trace FILE)")

@@ -207,12 +207,13 @@ class RunReport:
             bottom += share
         ax2.set_ylabel("compute stall share of cycles")
         ax2.set_ylim(0, 1)
-        ax2.legend(fontsize="small", loc="upper right")
+        # Outside the axes: inside, it covered the last layers' bars.
+        ax2.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                   title="compute stalls")
         ax2.set_xticks(x, names, rotation=70, fontsize="small")
         ax2.set_xlabel("layer")
-        fig.tight_layout()
         tmp = Path(str(path) + ".tmp.png")
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
         plt.close(fig)
         tmp.replace(path)
 

@@ -216,6 +216,102 @@ def test_whole_model_sweep_plots_every_kind_and_a_failing_kind_fails_alone(
                             "division by zero\n")
 
 
+class Figures:
+    """The figures ``accel.plots`` saves, kept open for inspection (drawn, so their tick
+    labels are set)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import accel.plots
+
+        self.figs: dict[str, Any] = {}
+        real = accel.plots._save
+
+        def keep(fig: Any, out: Path, stem: str) -> list[Path]:
+            fig.canvas.draw()
+            self.figs[stem] = fig
+            return real(fig, out, stem)
+
+        monkeypatch.setattr(accel.plots, "_save", keep)
+
+
+def test_timeline_title_names_the_config_and_workload(
+        model_sweep: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It was the trace file's name: a point hash."""
+    from accel.cli import main
+    from accel.dse import read_results
+
+    figures = Figures(monkeypatch)
+    assert main(["plot", str(model_sweep), "--kind", "timeline"]) == 0
+    config = read_results(model_sweep)[0]["config_name"]
+    title = figures.figs["timeline"].axes[0].get_title()
+    assert title == f"module activity: resnet18 (whole model) on {config}"
+
+
+def test_roofline_ticks_read_as_numbers_and_roofs_are_labelled(
+        measured: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The y ticks read "6x10^0"; the dashed roofs said nothing."""
+    rows, _ = measured
+    figures = Figures(monkeypatch)
+    plot_roofline(rows, tmp_path)
+    ax = figures.figs["roofline"].axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels(which="both") + ax.get_xticklabels(
+        which="both") if t.get_text()]
+    assert ticks and all(re.fullmatch(r"[0-9.,]+", t) for t in ticks), ticks
+    labels = [t.get_text() for t in ax.texts]
+    roofs = {(2.0 * r["peak_macs_per_cycle"] * r["clock_mhz"] / 1000.0,
+              r["dram_bytes_per_cycle"] * r["clock_mhz"] / 1000.0)
+             for r in rows if r["status"] == "ok"}
+    for peak, bandwidth in roofs:
+        assert f"peak {peak:g} GOPS" in labels and f"{bandwidth:g} GB/s" in labels
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_run_folder_plots_and_its_utilization_legend_covers_no_bar(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """accel plot refused an accel run folder; it draws what report.json and trace.json
+    allow. The legend of accel run's utilization.png sat on the last bars."""
+    import matplotlib.pyplot as plt
+
+    from accel.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "resnet18", "--image-size", "16", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plot", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert [Path(line.split()[-1]).name for line in captured.out.splitlines()] == [
+        f"{kind}.{ext}" for kind in ("utilization", "stalls", "timeline")
+        for ext in ("png", "svg")]
+    assert all(line.startswith("skipped ") for line in captured.err.splitlines())
+    assert "the roofline plot needs a sweep's results" in captured.err
+
+    covered: list[bool] = []
+    real = plt.Figure.savefig
+
+    def check_legends(fig: Any, *args: Any, **kwargs: Any) -> None:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None:
+                box = legend.get_window_extent(renderer)
+                bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_height() > 0]
+                assert bars
+                covered.append(any(_overlap(box, bar) for bar in bars))
+        real(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", check_legends)
+    exe = accel.compile("resnet18", image_size=16)
+    _, report = exe.run(accel.sample_inputs(exe.graph)[0])
+    report.plot_utilization(tmp_path / "u.png")
+    assert covered == [False]
+
+
 def test_pareto_front_keeps_exactly_the_non_dominated_points() -> None:
     points = [(3.0, 1.0), (1.0, 5.0), (2.0, 2.0), (2.5, 2.5), (1.0, 6.0), (4.0, 1.0)]
     front = pareto_front(points)

@@ -28,10 +28,10 @@ from typing import Any, TextIO
 
 from accel.dse.results import (
     METRIC_COLUMNS,
-    MODULES,
     RESULTS_CSV,
     ResultsFile,
     columns,
+    stall_columns,
     write_parquet,
 )
 from accel.dse.spec import Point, SweepSpec, WorkloadItem, expand
@@ -175,17 +175,8 @@ def _stats_metrics(stats: Any, backend: str, cfg: HwConfig, cycles: int | None, 
         out.update({f"bytes.{b}": n for b, n in loaded.items()})
         out["bytes.out"] = stats.dram_stored
         out["dram_bytes"] = sum(loaded.values()) + stats.dram_stored
-        for m in MODULES:
-            ms = stats.modules.get(m)
-            if ms is None:
-                continue
-            s = ms.stalls
-            out[f"busy.{m}"] = ms.busy
-            out[f"stall.{m}.dram"] = s.get("dram", 0)
-            out[f"stall.{m}.cmd_empty"] = s.get("cmd_empty", 0)
-            out[f"stall.{m}.queue_full"] = s.get("queue_full", 0)
-            out[f"stall.{m}.token"] = sum(v for c, v in s.items() if c.startswith("token "))
-            out[f"stall.{m}.full"] = sum(v for c, v in s.items() if c.startswith("full "))
+        out.update(stall_columns({m: s.busy for m, s in stats.modules.items()},
+                                 {m: s.stalls for m, s in stats.modules.items()}))
     elif hasattr(stats, "bytes_loaded"):  # sim.functional's counters
         loaded = {b: stats.bytes_loaded.get(b, 0) for b in ("inp", "wgt", "acc", "uop")}
         out.update({f"bytes.{b}": n for b, n in loaded.items()})
