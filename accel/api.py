@@ -223,7 +223,7 @@ def sample_inputs(graph: Any, seed: Any = 0, calibration_samples: int = 8
 def compile(
     model: Any, config: HwConfig | str | None = None, batch: int = 1,
     image_size: int | None = None, calibration: Any = None, knobs: dict[str, Any] | None = None,
-    tuning_log: Any = None,
+    tuning_log: Any = None, progress: Any = None,
 ) -> Any:
     """Compile a network for ``config``: graph passes, partitioning, per-layer programs.
 
@@ -243,6 +243,9 @@ def compile(
         A tuning log (path or :class:`compiler.tune.log.TuningLog`) written by ``accel tune``:
         every conv2d and dense layer it holds records for (same config, same signature) is
         compiled with its fastest logged knobs; the others get the heuristic's.
+    progress
+        ``progress(k, n, name)`` before compiling each of the ``n`` accelerator layers, and
+        with ``k == n`` at the end.
 
     Returns
     -------
@@ -261,7 +264,7 @@ def compile(
     log = _tuning_log(tuning_log)
     graph = load_model(model, batch=batch, image_size=image_size)
     graph = optimize(graph, cfg, calibration=calibration)
-    return Executable(graph, cfg, knobs=knobs, tuning_log=log)
+    return Executable(graph, cfg, knobs=knobs, tuning_log=log, progress=progress)
 
 
 def _tuning_log(log: Any) -> Any:

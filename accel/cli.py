@@ -20,10 +20,12 @@ import yaml
 from accel.cli_util import (
     EXIT_BAD_INPUT,
     CliError,
+    Progress,
     check_model_options,
     check_out_dir,
     check_out_file,
     make_out_dir,
+    steps,
 )
 from accel.machine.config import HwConfig, load_config, shipped_configs
 
@@ -101,25 +103,6 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------- networks
-def _progress(stream: Any) -> Any:
-    """A progress callback: an updating line on a terminal, nothing otherwise."""
-    if not getattr(stream, "isatty", lambda: False)():
-        return None
-    start = time.perf_counter()
-
-    def show(k: int, n: int, name: str) -> None:
-        width = 24
-        done = int(width * k / max(n, 1))
-        line = (f"\r[{'#' * done}{'.' * (width - done)}] {k}/{n} {name:<28.28} "
-                f"{time.perf_counter() - start:5.1f}s")
-        stream.write(line)
-        if k == n:
-            stream.write("\n")
-        stream.flush()
-
-    return show
-
-
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -170,12 +153,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.vcd_layer is not None and dump is None:
         raise CliError("--vcd-layer needs --vcd FILE")
     is_onnx = str(args.model).endswith(".onnx")
+    progress = Progress(sys.stderr, quiet=args.quiet)
     started = time.perf_counter()
     try:
+        # Loading takes a few seconds at most and finds bad input (an unknown model, a broken
+        # file): before any progress, so that bad input is its one error line.
         graph = accel.load_model(args.model, batch=args.batch, image_size=args.image_size)
         x, calibration = accel.sample_inputs(graph, args.seed)
-        exe = accel.compile(graph, cfg, calibration=calibration, tuning_log=args.tuning_log)
+        progress.start("compile", None, f"{args.model} for {cfg.name}")
+        exe = accel.compile(graph, cfg, calibration=calibration, tuning_log=args.tuning_log,
+                            progress=steps(progress, "layers compiled"))
     except (GraphError, LoweringError) as exc:
+        progress.end()
         raise CliError(str(exc)) from None
     compiled = time.perf_counter()
     if args.tuning_log:
@@ -188,13 +177,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         dumped = args.vcd_layer or next(iter(exe.compiled), None)
         if dumped is None:
             raise CliError(f"--vcd: no layer of {graph.name} runs on the accelerator")
+    progress.start("run", len(exe.graph.nodes), f"on {args.backend}")
     try:
         outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
                                   trace=out_dir is not None and args.backend != "fsim",
-                                  progress=_progress(sys.stderr),
+                                  progress=steps(progress, "done"),
                                   layer_options={dumped: {"vcd": dump}} if dumped else None)
     except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
         raise CliError(rtl_failure(exc)) from exc
+    finally:
+        progress.end()
     ran = time.perf_counter()
     print_report(report)
     if dump is not None:
@@ -282,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the accelerator layer --vcd dumps (default: the first)")
     p.add_argument("--tuning-log", metavar="FILE",
                    help="compile conv2d/dense layers with the best knobs of this accel tune log")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (compiling and running each layer)")
     p.set_defaults(func=cmd_run)
 
     from hw.cli import add_parsers as add_hw_parsers

@@ -76,14 +76,17 @@ def timing_class(wl: Any) -> tuple[Any, ...]:
     return astuple(replace(wl, shift=int(wl.shift > 0), relu=False))
 
 
-def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[Any]]]:
-    """(label, workload, other workloads of its timing class) of every conv2d to tune."""
+def _workloads(args: argparse.Namespace, cfg: Any, progress: Any
+               ) -> list[tuple[str, Any, list[Any]]]:
+    """(label, workload, other workloads of its timing class) of every conv2d to tune; a
+    model is compiled to find them, with ``progress``."""
     from compiler.ops.workloads import resnet18_layer
 
     layers = parse_layers(args.target)
     if layers is not None:
         return [(name, resnet18_layer(name, batch=args.batch), []) for name in layers]
     import accel
+    from accel.cli_util import steps
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
     from compiler.ops.conv2d import Conv2dWorkload
@@ -98,7 +101,9 @@ def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[
             rng = np.random.default_rng(0)
             calibration = [{graph.inputs[0]: rng.standard_normal(first.shape).astype(np.float32)}
                            for _ in range(8)]
-        exe = accel.compile(graph, cfg, calibration=calibration)
+        progress.start("compile", None, f"{args.target} for {cfg.name}")
+        exe = accel.compile(graph, cfg, calibration=calibration,
+                            progress=steps(progress, "layers compiled"))
     except (GraphError, LoweringError) as exc:
         raise TuneError(str(exc)) from None
     classes: dict[tuple[Any, ...], tuple[list[str], list[Any]]] = {}
@@ -131,26 +136,8 @@ def _knob_text(knobs: Any) -> str:
             f"t{k['oc_nthread']}x{k['h_nthread']} {TILE_ORDERS[k['tile_order']]}")
 
 
-class _Progress:
-    """One updating status line on a terminal; a line per batch otherwise."""
-
-    def __init__(self, stream: Any, n_layers: int) -> None:
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.n_layers = n_layers
-        self.start = time.perf_counter()
-
-    def show(self, k: int, label: str, text: str, end: bool = False) -> None:
-        line = (f"[{k}/{self.n_layers}] {label:<16.16} {text} "
-                f"{time.perf_counter() - self.start:6.1f}s")
-        if self.tty:
-            self.stream.write("\r" + line.ljust(100)[:100] + ("\n" if end else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
+    from accel.cli_util import Progress, default_workers
     from accel.machine.config import load_config
     from compiler.errors import LoweringError
     from compiler.tune import TuningLog, make_task, make_tuner
@@ -165,34 +152,51 @@ def cmd_tune(args: argparse.Namespace) -> int:
     check_model_options(args.target, args.batch, args.image_size,
                         layers=parse_layers(args.target) is not None)
     cfg = load_config(args.config)
+    started = time.perf_counter()
     log = TuningLog(args.log)
     if log.path.is_dir():
         raise TuneError(f"--log {args.log}: is a directory")
     skipped_before = log.skipped
-    workloads = _workloads(args, cfg)
-    progress = _Progress(sys.stderr, len(workloads))
+    progress = Progress(sys.stderr, quiet=args.quiet)
+    workloads = _workloads(args, cfg, progress)
     rows = []
-    with SimMeasure(workers=args.workers) as measure:
+    with SimMeasure(workers=args.workers or default_workers()) as measure:
         for n, (label, wl, siblings) in enumerate(workloads, 1):
+            head = f"[{n}/{len(workloads)}] {label}"
             try:
                 task = make_task(wl, cfg)
                 default = task.default_knobs()
             except LoweringError as exc:
-                progress.show(n, label, f"skipped: {exc}", end=True)
+                progress.line(f"{head}: skipped: {exc}")
                 rows.append((label, wl, 0, 0, None, None, None))
                 continue
-            progress.show(n, label, f"heuristic knobs on {len(task.space)} valid settings")
+            progress.start(head, None, f"heuristic knobs ({len(task.space)} valid settings)")
+            batch = [0]  # the tuner's batch being measured (0: the heuristic's knobs)
+
+            def measuring(done: int, total: int, head: str = head, batch: list[int] = batch
+                          ) -> None:
+                # A batch can take minutes (seconds per setting): each setting is a step.
+                if done == 0 and batch[0]:
+                    progress.start(f"{head}: {args.tuner} batch {batch[0]}", total,
+                                   "settings measured")
+                else:
+                    progress.update(done, total, "settings measured")
+
+            measure.progress = measuring
             base = measure(task, [default])[0]
             if base.cycles is None:
                 raise TuneError(f"{label}: the heuristic's knobs do not build: {base.error}")
             log.add(cfg.name, task.signature, default.to_dict(), base.cycles, "heuristic")
             tuner = make_tuner(args.tuner, task, seed=args.seed)
+            batch[0] = 1
 
-            def report(tuner: Any, result: Any, new: Any, n: int = n, label: str = label,
-                       base_cycles: int = base.cycles) -> None:
+            def report(tuner: Any, result: Any, new: Any, head: str = head,
+                       base_cycles: int = base.cycles, batch: list[int] = batch) -> None:
+                batch[0] += 1
                 best = result.best.cycles
-                progress.show(n, label, f"{tuner.name} {len(result.trials)}/{args.trials} "
-                              f"trials, best {best} cycles ({base_cycles / best:.2f}x heuristic)")
+                progress.line(f"{head}: {tuner.name} {len(result.trials)}/{args.trials} trials, "
+                              f"best {best} cycles ({base_cycles / best:.2f}x heuristic) "
+                              f"({time.perf_counter() - started:.1f} s)")
 
             result = tuner.tune(args.trials, measure, callbacks=[report], log=log)
             best = result.best
@@ -202,7 +206,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 if best is not None and best.cycles < base.cycles:
                     log.add(cfg.name, other.signature(), best.knobs.to_dict(), best.cycles,
                             f"shared:{tuner.name}")
-            progress.show(n, label, f"done: {len(result.trials)} trials", end=True)
             rows.append((label, wl, len(task.space), len(result.trials), base.cycles,
                          best.cycles if best else None, best.knobs if best else None))
     print(f"{'layer':<20} {'conv2d':<24} {'space':>6} {'trials':>6} {'heuristic':>10} "
@@ -225,6 +228,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def add_parsers(subparsers: Any) -> None:
     """Add ``tune`` to ``subparsers``."""
+    from accel.cli_util import WORKERS_HELP
     from compiler.tune.tuners import TUNERS
 
     p = subparsers.add_parser(
@@ -239,9 +243,10 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--log", default="tuning.jsonl",
                    help="tuning log to append to (JSON lines; default tuning.jsonl)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tuner")
-    p.add_argument("--workers", type=int, default=None,
-                   help="measurement processes (default: min(2, CPUs))")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
     p.add_argument("--batch", type=int, default=1, help="batch size of the layers")
     p.add_argument("--image-size", type=int, default=None,
                    help="zoo model input size (default 224)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (each layer, batch and measurement)")
     p.set_defaults(func=cmd_tune)

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERRUPTED", "PROGRESS_INTERVAL",
            "WORKERS_HELP", "CliError", "Progress", "add_deprecated_alias",
            "check_model_options", "check_out_dir", "check_out_file", "default_workers",
-           "make_out_dir", "parse_window"]
+           "make_out_dir", "parse_window", "steps"]
 
 EXIT_FAILED = 1
 """The command ran but what it checks failed (a check, error rows of a sweep)."""
@@ -209,17 +209,18 @@ class Progress:
     quiet
         Write nothing.
     interval
-        Seconds between lines when ``stream`` is not a terminal.
+        Seconds between lines when ``stream`` is not a terminal (default
+        :data:`PROGRESS_INTERVAL`).
     clock
         Monotonic seconds (tests pass a fake one).
     """
 
     def __init__(self, stream: TextIO | None = None, quiet: bool = False,
-                 interval: float = PROGRESS_INTERVAL,
+                 interval: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
         self.quiet = quiet
-        self.interval = interval
+        self.interval = PROGRESS_INTERVAL if interval is None else interval
         self.clock = clock
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.phase = ""
@@ -240,19 +241,19 @@ class Progress:
             return
         now = self.clock()
         elapsed = now - self.started
-        count = f"{done}/{total}" if total is not None else f"{done}"
+        count = f"{done}/{total} " if total is not None else ""
         if self.tty:
             bar = ""
             if total:
                 filled = int(24 * min(done, total) / total)
                 bar = f"[{'#' * filled}{'.' * (24 - filled)}] "
-            line = f"{self.phase}: {bar}{count} {text}"[:92]
+            line = f"{self.phase}: {bar}{count}{text}"[:92]
             self.stream.write(f"\r{line:<92} {elapsed:6.1f}s")
             self._open = True
         else:
             if now - self.last_line < self.interval and not (total is not None and done >= total):
                 return
-            self.stream.write(f"{self.phase}: {count} {text}".rstrip() + f" ({elapsed:.1f} s)\n")
+            self.stream.write(f"{self.phase}: {count}{text}".rstrip() + f" ({elapsed:.1f} s)\n")
         self.last_line = now
         self.stream.flush()
 
@@ -271,3 +272,14 @@ class Progress:
             self.stream.write("\n")
             self.stream.flush()
             self._open = False
+
+
+def steps(progress: Progress, finished: str) -> Callable[[int, int, str], None]:
+    """The ``progress(k, n, name)`` callback of compiling or running a network's layers
+    (:func:`accel.compile`, ``Executable.run``) as :class:`Progress` steps: the layer about to
+    start, then ``finished``."""
+
+    def show(k: int, n: int, name: str) -> None:
+        progress.update(k, n, name if k < n else finished)
+
+    return show

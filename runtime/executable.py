@@ -244,10 +244,13 @@ class Executable:
         Optional tuning log (:class:`compiler.tune.log.TuningLog` or path): conv2d and dense
         nodes without explicit knobs use the fastest knobs it holds for their workload on
         ``cfg``, else the heuristic's.
+    progress
+        Called as ``progress(k, n, name)`` before compiling each of the ``n`` accelerator
+        nodes, and with ``k == n`` at the end (a progress display).
     """
 
     def __init__(self, graph: Graph, cfg: HwConfig, knobs: dict[str, Any] | None = None,
-                 tuning_log: Any = None) -> None:
+                 tuning_log: Any = None, progress: Progress | None = None) -> None:
         graph.verify()
         self.graph = graph
         self.cfg = cfg
@@ -258,10 +261,13 @@ class Executable:
             from compiler.tune.log import as_log
 
             tuning_log = as_log(tuning_log)  # read once for every node
-        for node in graph.nodes:
-            if node.attrs.get("target") == "accel":
-                self.compiled[node.name] = self._compile(node, knobs.get(node.name),
-                                                         tuning_log)
+        accel_nodes = [node for node in graph.nodes if node.attrs.get("target") == "accel"]
+        for k, node in enumerate(accel_nodes):
+            if progress is not None:
+                progress(k, len(accel_nodes), node.name)
+            self.compiled[node.name] = self._compile(node, knobs.get(node.name), tuning_log)
+        if progress is not None:
+            progress(len(accel_nodes), len(accel_nodes), "done")
 
     # ------------------------------------------------------------------ compilation
     def _workload(self, node: Node) -> Conv2dWorkload | MatmulWorkload | AddWorkload:

@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from accel.machine.config import HwConfig
@@ -110,6 +110,10 @@ class SimMeasure:
         """Settings that failed to build."""
         self.busy_seconds = 0.0
         """Wall time the builds and simulations took, summed over workers."""
+        self.progress: Callable[[int, int], None] | None = None
+        """Called as ``progress(done, n)`` when a batch of ``n`` settings to build and
+        simulate starts (``done == 0``) and as each one finishes (a progress display: one
+        measurement can take seconds)."""
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     # ------------------------------------------------------------------ pool
@@ -136,6 +140,30 @@ class SimMeasure:
         self.close()
 
     # ------------------------------------------------------------------ measuring
+    def _measure(self, jobs: list[tuple[Any, HwConfig, Any]]) -> list[MeasureResult]:
+        """:func:`measure_knobs` of every job, in order, reporting each as it finishes."""
+        if self.progress is not None and jobs:
+            self.progress(0, len(jobs))
+        if self.workers == 1 or len(jobs) <= 1:
+            out = []
+            for job in jobs:
+                out.append(measure_knobs(*job))
+                if self.progress is not None:
+                    self.progress(len(out), len(jobs))
+            return out
+        pool = self._executor()
+        results: list[MeasureResult | None] = [None] * len(jobs)
+        try:
+            futures = {pool.submit(measure_knobs, *job): i for i, job in enumerate(jobs)}
+            for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+                results[futures[fut]] = fut.result()
+                if self.progress is not None:
+                    self.progress(done, len(jobs))
+        except BaseException:
+            self.close()
+            raise
+        return [r for r in results if r is not None]
+
     def __call__(self, task: Task, knobs_list: Sequence[Any]) -> list[MeasureResult]:
         """One :class:`~compiler.tune.tuners.MeasureResult` per setting, in order."""
         results: list[MeasureResult | None] = [None] * len(knobs_list)
@@ -149,15 +177,7 @@ class SimMeasure:
                 todo.setdefault(key, []).append(i)
         firsts = [idxs[0] for idxs in todo.values()]
         jobs = [(task.workload, task.config, knobs_list[i]) for i in firsts]
-        if self.workers == 1 or len(jobs) <= 1:
-            measured = [measure_knobs(*job) for job in jobs]
-        else:
-            pool = self._executor()
-            try:
-                measured = list(pool.map(measure_knobs, *zip(*jobs, strict=True)))
-            except BaseException:
-                self.close()
-                raise
+        measured = self._measure(jobs)
         for (key, idxs), r in zip(todo.items(), measured, strict=True):
             self.busy_seconds += r.seconds
             if r.cycles is None:

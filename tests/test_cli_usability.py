@@ -3,10 +3,13 @@ Ctrl-C, progress on stderr, and options that mean one thing everywhere."""
 
 from __future__ import annotations
 
+import io
+import re
 from pathlib import Path
 
 import pytest
 
+import accel
 from accel.cli import main
 from accel.machine.config import load_config
 
@@ -167,3 +170,105 @@ def test_asm_validation_errors_name_the_file(tmp_path: Path,
     source.write_text(".config tiny\n.text\n  GEMM\n")
     assert main(["asm", str(source), "-o", str(tmp_path / "e.bin")]) == 2
     assert one_line(capsys) == f"{source}: program has no FINISH instruction"
+
+
+# ---------------------------------------------------------------------- progress
+def small_onnx(tmp_path: Path) -> Path:
+    """A float CNN of two small conv2d layers (8x8 input): quick to tune."""
+    onnx = pytest.importorskip("onnx")
+    from test_graph_frontends import small_cnn
+
+    path = tmp_path / "small.onnx"
+    onnx.save(small_cnn(size=8), str(path))
+    return path
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_lines_every_few_seconds_off_a_terminal() -> None:
+    from accel.cli_util import Progress
+
+    clock, stream = FakeClock(), io.StringIO()
+    p = Progress(stream, interval=5.0, clock=clock)
+    p.start("compile", 4, "resnet18")
+    for k, dt in ((1, 1.0), (2, 1.0), (3, 4.0)):
+        clock.now += dt
+        p.update(k, 4, f"layer{k}")
+    clock.now += 0.5
+    p.update(4, 4, "done")
+    p.line("compiled")
+    assert stream.getvalue().splitlines() == [
+        "compile: 0/4 resnet18 (0.0 s)", "compile: 3/4 layer3 (6.0 s)",
+        "compile: 4/4 done (6.5 s)", "compiled"]
+    quiet = io.StringIO()
+    q = Progress(quiet, quiet=True, clock=clock)
+    q.start("run", 2)
+    q.update(2, 2)
+    q.line("x")
+    assert quiet.getvalue() == ""
+
+
+def test_progress_updates_one_line_on_a_terminal() -> None:
+    from accel.cli_util import Progress
+
+    clock, stream = FakeClock(), Terminal()
+    p = Progress(stream, clock=clock)
+    p.start("run", 2, "on sim")
+    clock.now += 0.25
+    p.update(1, 2, "conv1")
+    p.line("done")
+    text = stream.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\ndone\n")
+    assert "run: [############............] 1/2 conv1" in text
+
+
+def test_run_shows_compile_and_run_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    """It printed nothing while compiling, and nothing at all when stderr was not a
+    terminal."""
+    assert main(["run", "resnet18", "--image-size", "16", "--backend", "fsim"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("compile: resnet18 for 1x8x8_")
+    n = len(accel.compile("resnet18", image_size=16).graph.nodes)
+    compiled = [line for line in err if re.match(r"compile: (\d+)/\1 layers compiled", line)]
+    assert len(compiled) == 1
+    assert any(line.startswith(f"run: 0/{n} on fsim") for line in err)
+    assert any(line.startswith(f"run: {n}/{n} done") for line in err)
+    assert main(["run", "resnet18", "--image-size", "16", "--backend", "fsim", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_tune_shows_every_batch_and_measurement(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A batch of slow measurements printed nothing for a minute: each setting measured is a
+    progress step (a line every PROGRESS_INTERVAL seconds off a terminal; every one here)."""
+    import accel.cli_util
+
+    monkeypatch.setattr(accel.cli_util, "PROGRESS_INTERVAL", 0.0)
+    log = tmp_path / "t.jsonl"
+    model = small_onnx(tmp_path)
+    assert main(["tune", str(model), "--config", "tiny", "--trials", "6", "--workers", "1",
+                 "--log", str(log)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"compile: {model} for 1x4x4_")
+    first = [line for line in err if line.startswith("[1/")]
+    assert re.match(r"\[1/\d+\] conv1: heuristic knobs \(\d+ valid settings\)", first[0])
+    assert any(re.match(r"\[1/\d+\] conv1: xgb batch 1: 3/\d settings measured", line)
+               for line in first)
+    batches = [line for line in first if re.match(r"\[1/\d+\] conv1: xgb \d/6 trials, best ",
+                                                  line)]
+    assert len(batches) == 1  # six trials are one batch of eight or fewer
+    assert main(["tune", str(model), "--config", "tiny", "--trials", "2", "--workers", "1",
+                 "--log", str(log), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
