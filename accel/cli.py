@@ -24,6 +24,7 @@ from accel.cli_util import (
     check_model_options,
     check_out_dir,
     check_out_file,
+    interrupted,
     make_out_dir,
     steps,
 )
@@ -326,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"accel: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return interrupted("accel: interrupted")
     except BrokenPipeError:
         return 0
     except OSError as exc:

@@ -137,18 +137,14 @@ def _knob_text(knobs: Any) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from accel.cli_util import Progress, default_workers
+    from accel.cli_util import Progress, check_model_options, interrupted
     from accel.machine.config import load_config
-    from compiler.errors import LoweringError
-    from compiler.tune import TuningLog, make_task, make_tuner
-    from runtime.tuning import SimMeasure
+    from compiler.tune import TuningLog
 
     if args.trials < 1:
         raise TuneError(f"--trials must be >= 1, got {args.trials}")
     if args.workers is not None and args.workers < 1:
         raise TuneError(f"--workers must be >= 1, got {args.workers}")
-    from accel.cli_util import check_model_options
-
     check_model_options(args.target, args.batch, args.image_size,
                         layers=parse_layers(args.target) is not None)
     cfg = load_config(args.config)
@@ -157,7 +153,27 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if log.path.is_dir():
         raise TuneError(f"--log {args.log}: is a directory")
     skipped_before = log.skipped
+    logged_before = len(log)
     progress = Progress(sys.stderr, quiet=args.quiet)
+    try:
+        rows = _tune(args, cfg, log, progress, started)
+    except KeyboardInterrupt:
+        # Every measurement was appended to the log as it came (a whole line, flushed).
+        n = len(log) - logged_before
+        return interrupted(f"accel: tune interrupted; {log.path} keeps the {n} "
+                           f"record{'s' if n != 1 else ''} it logged")
+    _print_table(rows, cfg, log, skipped_before)
+    return 0
+
+
+def _tune(args: argparse.Namespace, cfg: Any, log: Any, progress: Any, started: float
+          ) -> list[tuple[Any, ...]]:
+    """Tune every layer of ``args.target``, logging each measurement; one table row each."""
+    from accel.cli_util import default_workers
+    from compiler.errors import LoweringError
+    from compiler.tune import make_task, make_tuner
+    from runtime.tuning import SimMeasure
+
     workloads = _workloads(args, cfg, progress)
     rows = []
     with SimMeasure(workers=args.workers or default_workers()) as measure:
@@ -208,6 +224,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
                             f"shared:{tuner.name}")
             rows.append((label, wl, len(task.space), len(result.trials), base.cycles,
                          best.cycles if best else None, best.knobs if best else None))
+    return rows
+
+
+def _print_table(rows: list[tuple[Any, ...]], cfg: Any, log: Any, skipped_before: int) -> None:
+    """The summary on stdout: a line per layer, then where the log is."""
     print(f"{'layer':<20} {'conv2d':<24} {'space':>6} {'trials':>6} {'heuristic':>10} "
           f"{'tuned':>10} {'speedup':>7}  best knobs")
     for label, wl, space, trials, base_c, best_c, knobs in rows:
@@ -223,7 +244,6 @@ def cmd_tune(args: argparse.Namespace) -> int:
           "compiles with the best of each layer)")
     if log.skipped > skipped_before or skipped_before:
         print(f"note: {log.skipped} line(s) of {log.path} are not records and were skipped")
-    return 0
 
 
 def add_parsers(subparsers: Any) -> None:

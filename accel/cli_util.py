@@ -26,7 +26,7 @@ from typing import Any, TextIO
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERRUPTED", "PROGRESS_INTERVAL",
            "WORKERS_HELP", "CliError", "Progress", "add_deprecated_alias",
            "check_model_options", "check_out_dir", "check_out_file", "default_workers",
-           "make_out_dir", "parse_window", "steps"]
+           "interrupted", "make_out_dir", "parse_window", "steps"]
 
 EXIT_FAILED = 1
 """The command ran but what it checks failed (a check, error rows of a sweep)."""
@@ -41,6 +41,20 @@ enough to show the work goes on, rarely enough to keep a log readable."""
 
 class CliError(ValueError):
     """A user-facing failure: printed as one ``accel: error: ...`` line, exit status 2."""
+
+
+def interrupted(message: str) -> int:
+    """After Ctrl-C: ``message`` as the one line on stderr, and the exit status to return.
+
+    A second Ctrl-C while the command winds down (workers stopped, files closed) is ignored,
+    so that it cannot print a traceback of the cleanup.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.stderr.write("\n" if getattr(sys.stderr, "isatty", lambda: False)() else "")
+    print(message, file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 # ---------------------------------------------------------------------- output paths

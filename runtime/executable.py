@@ -28,7 +28,13 @@ from compiler.ops.compiled import CompiledOp, compile_conv2d, compile_matmul
 from compiler.ops.conv2d import Conv2dWorkload
 from compiler.ops.eltwise import AddWorkload, compile_add, identity_tile
 from compiler.ops.matmul import MatmulWorkload
-from runtime.backends import fallback_kernels, find_backend, prefetch_timing, run_program
+from runtime.backends import (
+    cancel_prefetch,
+    fallback_kernels,
+    find_backend,
+    prefetch_timing,
+    run_program,
+)
 
 __all__ = ["LAYER_CSV_COLUMNS", "Executable", "LayerReport", "RunReport"]
 
@@ -363,8 +369,22 @@ class Executable:
                 raise ValueError(f"{g.name}: input {name!r} must be {want.dtype} of shape "
                                  f"{want.shape}, got {value.dtype} of shape {value.shape}")
             env[name] = value
-        if device.caps.name == "sim":
-            prefetch_timing([op.program for op in self.compiled.values()], self.cfg, trace)
+        try:
+            if device.caps.name == "sim":
+                prefetch_timing([op.program for op in self.compiled.values()], self.cfg, trace)
+            return self._run_nodes(env, (backend, fallback), device, kernels, reference, check,
+                                   trace, progress, layer_options)
+        except BaseException:
+            cancel_prefetch()  # an error or Ctrl-C: the timings of later layers are not needed
+            raise
+
+    def _run_nodes(self, env: dict[str, np.ndarray], names: tuple[str, str], device: Any,
+                   kernels: Any, reference: Any, check: bool, trace: bool,
+                   progress: Progress | None, layer_options: Mapping[str, Mapping[str, Any]]
+                   ) -> tuple[dict[str, np.ndarray], RunReport]:
+        """Run every node in order (:meth:`run`'s body); ``names``: backend and fallback."""
+        backend, fallback = names
+        g = self.graph
         report = RunReport(g.name, self.cfg.name, backend, fallback, self.cfg.clock_mhz, [],
                            memory_plan=dict(g.attrs.get("memory_plan", {})))
         checks: list[bool] = []

@@ -4,7 +4,13 @@ Ctrl-C, progress on stderr, and options that mean one thing everywhere."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -272,3 +278,90 @@ def test_tune_shows_every_batch_and_measurement(tmp_path: Path,
     assert main(["tune", str(model), "--config", "tiny", "--trials", "2", "--workers", "1",
                  "--log", str(log), "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------- Ctrl-C
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (reaped, or a zombie nobody waits for yet)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return "\nState:\tZ" in status
+
+
+def interrupt(args: list[str], ready: Callable[[str], bool], workers: bool = False
+              ) -> tuple[int, list[str], list[int]]:
+    """Run ``accel ARGS``, wait for a stderr line for which ``ready`` holds (and, with
+    ``workers``, for a child process), press Ctrl-C (SIGINT); return the exit status, the
+    stderr lines and the children it had."""
+    if not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists():
+        pytest.skip("needs /proc/PID/task/TID/children (Linux) to find worker processes")
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")  # SIGABRT dumps every thread's stack
+    proc = subprocess.Popen([sys.executable, "-m", "accel", *args], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line.rstrip("\n"))
+        if ready(line):
+            break
+    else:
+        proc.wait()
+        pytest.fail(f"accel {' '.join(args)} ended before it was ready: {lines}")
+    children = _children(proc.pid)
+    deadline = time.monotonic() + 30
+    while workers and not children and time.monotonic() < deadline:
+        time.sleep(0.02)
+        children = _children(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        pytest.fail(f"accel {' '.join(args)} hangs after Ctrl-C:\n{proc.communicate()[1]}")
+    lines += err.splitlines()
+    deadline = time.monotonic() + 10
+    while not all(_gone(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc.returncode, lines, children
+
+
+def _progress_line(line: str) -> bool:
+    return re.match(r"(compile|run|tune|\[\d+/\d+\]) ?\S*: ", line) is not None
+
+
+@pytest.mark.parametrize("phase", ["compile", "run"])
+def test_ctrl_c_during_run_is_one_line(phase: str) -> None:
+    """It printed a KeyboardInterrupt traceback (from the wait on the timing worker), and the
+    exit waited for that worker to simulate the remaining layers."""
+    code, lines, children = interrupt(["run", "resnet18"], lambda line: line.startswith(phase),
+                                      workers=phase == "run")
+    assert code == 130, lines
+    assert not any("Traceback" in line for line in lines)
+    assert lines[-1] == "accel: interrupted"
+    assert all(_progress_line(line) for line in lines[:-1]), lines
+    assert (len(children) == 1) == (phase == "run")
+    assert all(_gone(c) for c in children), "a worker process outlived the command"
+
+
+def test_ctrl_c_during_tune_keeps_the_log(tmp_path: Path) -> None:
+    """It printed a KeyboardInterrupt traceback from inside simpy (with --workers 1) and left
+    the measurement workers running their batch (with more)."""
+    log = tmp_path / "t.jsonl"
+    model = small_onnx(tmp_path)
+    code, lines, children = interrupt(
+        ["tune", str(model), "--config", "tiny", "--trials", "64", "--workers", "2",
+         "--log", str(log)], lambda line: "trials, best" in line, workers=True)
+    assert code == 130, lines
+    assert not any("Traceback" in line for line in lines)
+    records = log.read_text().count("\n")
+    assert records >= 9  # the heuristic's knobs and a batch of eight
+    assert lines[-1] == f"accel: tune interrupted; {log} keeps the {records} records it logged"
+    assert all(_progress_line(line) for line in lines[:-1]), lines
+    assert len(children) == 2 and all(_gone(c) for c in children)
