@@ -58,8 +58,12 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_config_list(args: argparse.Namespace) -> int:
-    for name in shipped_configs():
-        cfg = load_config(name)
+    configs = [(name, load_config(name)) for name in shipped_configs()]
+    if args.json:
+        print(json.dumps([{"name": name, "config": cfg.name, "description": cfg.description}
+                          for name, cfg in configs], indent=2))
+        return 0
+    for name, cfg in configs:
         print(f"{name:<16} {cfg.name:<44} {cfg.description}")
     return 0
 
@@ -171,7 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.tuning_log:
         logged = _logged_layers(exe, args.tuning_log)
         print(f"tuning log {args.tuning_log}: {logged} of {len(exe.compiled)} accelerator "
-              "layers use logged knobs, the others the heuristic's")
+              "layers use logged knobs, the others the heuristic's",
+              file=sys.stderr if args.json else sys.stdout)  # --json: stdout is JSON only
     check = (not is_onnx) if args.check is None else args.check
     dumped = None
     if dump is not None:
@@ -189,6 +194,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         progress.end()
     ran = time.perf_counter()
+    if args.json:
+        return _run_json(args, exe, x, outputs, report, check, out_dir)
     print_report(report)
     if dump is not None:
         layer = next(layer for layer in report.layers if layer.name == dumped)
@@ -212,15 +219,38 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "with the numpy reference network")
     print(f"time: compile {compiled - started:.2f} s, run {ran - compiled:.2f} s")
     if out_dir is not None:
-        make_out_dir(out_dir, "--out")
-        report.write_json(out_dir / "report.json")
-        report.write_csv(out_dir / "layers.csv")
-        if args.backend != "fsim":
-            report.plot_utilization(out_dir / "utilization.png")
-            report.write_trace(out_dir / "trace.json")
-        print(f"wrote {out_dir}/report.json, layers.csv"
-              + (", utilization.png, trace.json" if args.backend != "fsim" else ""))
+        names = _write_run_files(report, out_dir, args.backend)
+        print(f"wrote {out_dir}/{', '.join(names)}")
     return 1 if check and report.check is False else 0
+
+
+def _run_json(args: argparse.Namespace, exe: Any, x: Any, outputs: Any, report: Any,
+              check: bool, out_dir: Path | None) -> int:
+    """``accel run --json``: report.json's content on stdout (the check included)."""
+    import numpy as np
+
+    if check:
+        ref = exe.reference(x)
+        if not all(np.array_equal(outputs[k], ref[k]) for k in ref):
+            report.check = False
+    if out_dir is not None:
+        _write_run_files(report, out_dir, args.backend)
+    print(json.dumps(report.to_dict(), indent=2))
+    return 1 if check and report.check is False else 0
+
+
+def _write_run_files(report: Any, out_dir: Path, backend: str) -> list[str]:
+    """report.json, layers.csv (and utilization.png, trace.json but on fsim) in ``out_dir``;
+    the names written."""
+    make_out_dir(out_dir, "--out")
+    report.write_json(out_dir / "report.json")
+    report.write_csv(out_dir / "layers.csv")
+    names = ["report.json", "layers.csv"]
+    if backend != "fsim":
+        report.plot_utilization(out_dir / "utilization.png")
+        report.write_trace(out_dir / "trace.json")
+        names += ["utilization.png", "trace.json"]
+    return names
 
 
 def _logged_layers(exe: Any, path: str) -> int:
@@ -234,10 +264,17 @@ def _logged_layers(exe: Any, path: str) -> int:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    from accel import __version__
+
     parser = argparse.ArgumentParser(
         prog="accel",
         description="Hardware/software co-design toolkit for VTA-style DL accelerators.",
+        epilog="Options named -o/--output take a file, options named --out a folder (created "
+               "when missing). Exit status: 0 done, 1 a check or a sweep point failed, 2 bad "
+               "input (one 'accel: error:' line), 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=f"accel {__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -253,21 +290,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="YAML config file")
     p.set_defaults(func=cmd_config_validate)
     p = cfg_sub.add_parser("list", help="list the shipped configs")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON (name, canonical name, description of each)")
     p.set_defaults(func=cmd_config_list)
 
     p = sub.add_parser("run", help="run a network (zoo name or .onnx) through a backend")
     p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50) or an .onnx file")
     p.add_argument("--config", help="hardware config name or YAML path")
-    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"])
+    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"],
+                   help="fsim: functional simulator, no cycles; sim: functional and SimPy "
+                        "timing simulators (default); rtl: the Amaranth RTL (Verilator or "
+                        "Amaranth's simulator)")
     p.add_argument("--fallback", default="cpu", choices=["cpu", "gpu"],
-                   help="where operators the accelerator cannot run go")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--image-size", type=int, default=None, help="zoo input size (default 224)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random input")
-    p.add_argument("--out", help="write report.json, layers.csv, utilization.png, trace.json")
+                   help="where operators the accelerator cannot run go (default cpu: numpy; "
+                        "gpu: CuPy)")
+    p.add_argument("--batch", type=int, default=1,
+                   help="batch size of a zoo model, or of an ONNX model's symbolic batch "
+                        "dimension (default 1)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="input height and width of a zoo model (default 224; an ONNX file "
+                        "fixes its own)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder (created when missing) for report.json, layers.csv and, on sim "
+                        "and rtl, utilization.png and trace.json")
     p.add_argument("--check", dest="check", action="store_true", default=None,
                    help="compare every layer with the numpy reference (default for zoo models)")
-    p.add_argument("--no-check", dest="check", action="store_false")
+    p.add_argument("--no-check", dest="check", action="store_false",
+                   help="do not compare with the numpy reference (default for ONNX models, "
+                        "which are float: their reference is onnxruntime)")
     from accel.cli_exec import add_vcd_arguments
 
     add_vcd_arguments(p, "one accelerator layer")
@@ -277,6 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile conv2d/dense layers with the best knobs of this accel tune log")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (compiling and running each layer)")
+    p.add_argument("--json", action="store_true",
+                   help="print report.json's content instead of the table")
     p.set_defaults(func=cmd_run)
 
     from hw.cli import add_parsers as add_hw_parsers
@@ -297,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("asm", help="assemble a .s file into a binary program")
     p.add_argument("source", help="assembly text (the form accel disasm prints)")
-    p.add_argument("-o", "--output", required=True, help="binary program file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the binary program file to write")
     p.add_argument("--config", help="config name or path (default: the .config directive)")
     p.add_argument("--allow-unbalanced", action="store_true",
                    help="write a program whose dependency tokens do not balance (it deadlocks "
@@ -306,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("disasm", help="print a binary program as assembly text")
     p.add_argument("program", help="binary program file")
-    p.add_argument("-o", "--output", help="write the text here instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="the file to write the text to (default: stdout)")
     p.add_argument("--config", help="config the program must have been built for")
     p.set_defaults(func=cmd_disasm)
     return parser

@@ -18,6 +18,7 @@ Progress goes to stderr, the summary table to stdout.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -162,8 +163,26 @@ def cmd_tune(args: argparse.Namespace) -> int:
         n = len(log) - logged_before
         return interrupted(f"accel: tune interrupted; {log.path} keeps the {n} "
                            f"record{'s' if n != 1 else ''} it logged")
-    _print_table(rows, cfg, log, skipped_before)
+    if args.json:
+        print(json.dumps(_rows_json(rows, cfg, log), indent=2))
+    else:
+        _print_table(rows, cfg, log, skipped_before)
     return 0
+
+
+def _rows_json(rows: list[tuple[Any, ...]], cfg: Any, log: Any) -> dict[str, Any]:
+    """``accel tune --json``: the summary table as data."""
+    layers = []
+    for label, wl, space, trials, base_c, best_c, knobs in rows:
+        tuned = min(base_c, best_c) if base_c is not None and best_c else base_c
+        layers.append({
+            "layer": label, "workload": wl.signature(), "space": space if base_c else None,
+            "trials": trials if base_c else None, "heuristic_cycles": base_c,
+            "tuned_cycles": tuned,
+            "speedup": base_c / tuned if base_c and tuned else None,
+            "knobs": knobs.to_dict() if knobs is not None and best_c and best_c < base_c
+            else None})
+    return {"config": cfg.name, "log": str(log.path), "records": len(log), "layers": layers}
 
 
 def _tune(args: argparse.Namespace, cfg: Any, log: Any, progress: Any, started: float
@@ -269,4 +288,7 @@ def add_parsers(subparsers: Any) -> None:
                    help="zoo model input size (default 224)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress on stderr (each layer, batch and measurement)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON instead of a table (knobs: null where the "
+                        "heuristic's are best)")
     p.set_defaults(func=cmd_tune)

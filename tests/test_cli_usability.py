@@ -3,7 +3,9 @@ Ctrl-C, progress on stderr, and options that mean one thing everywhere."""
 
 from __future__ import annotations
 
+import argparse
 import io
+import json
 import os
 import re
 import signal
@@ -276,8 +278,13 @@ def test_tune_shows_every_batch_and_measurement(tmp_path: Path,
                                                   line)]
     assert len(batches) == 1  # six trials are one batch of eight or fewer
     assert main(["tune", str(model), "--config", "tiny", "--trials", "2", "--workers", "1",
-                 "--log", str(log), "--quiet"]) == 0
-    assert capsys.readouterr().err == ""
+                 "--log", str(log), "--quiet", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    summary = json.loads(captured.out)
+    assert [layer["layer"] for layer in summary["layers"]] == ["conv1", "conv2"]
+    assert summary["records"] == len(log.read_text().splitlines())
+    assert all(layer["tuned_cycles"] <= layer["heuristic_cycles"] for layer in summary["layers"])
 
 
 # ---------------------------------------------------------------------- Ctrl-C
@@ -365,3 +372,106 @@ def test_ctrl_c_during_tune_keeps_the_log(tmp_path: Path) -> None:
     assert lines[-1] == f"accel: tune interrupted; {log} keeps the {records} records it logged"
     assert all(_progress_line(line) for line in lines[:-1]), lines
     assert len(children) == 2 and all(_gone(c) for c in children)
+
+
+# ---------------------------------------------------------------------- consistency
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its name (``config show``, ``run``, ...)."""
+    from accel.cli import build_parser
+
+    out: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs and path:
+            out[" ".join(path)] = parser
+        for sub in subs:
+            for name, child in sub.choices.items():
+                walk(child, [*path, name])
+
+    walk(build_parser(), [])
+    return out
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {s: a for a in parser._actions for s in a.option_strings
+            if a.help != argparse.SUPPRESS}
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"accel {accel.__version__}\n"
+
+
+def test_every_option_has_help() -> None:
+    """run --batch, --backend, --no-check (and others) had none; the only hidden options are
+    deprecated spellings."""
+    from accel.cli_util import _DeprecatedAlias
+
+    missing, hidden = [], []
+    for name, parser in _commands().items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            what = f"accel {name} {'/'.join(action.option_strings) or action.dest}"
+            if not action.help:
+                missing.append(what)
+            elif action.help == argparse.SUPPRESS and not isinstance(action, _DeprecatedAlias):
+                hidden.append(what)
+    assert missing == [] and hidden == []
+
+
+def test_one_option_name_means_one_thing() -> None:
+    """-o is a file and --out a folder everywhere, and say so; --window is the cycles a plot
+    draws and --vcd-window those a dump holds, --cycle-limit the RTL's limit (--max-cycles
+    meant the limit on exec and the window on plot); --workers has one default."""
+    commands = _commands()
+    seen: dict[str, list[str]] = {}
+    for name, parser in commands.items():
+        for option, action in _options(parser).items():
+            seen.setdefault(option, []).append(name)
+            if option == "-o":
+                assert action.metavar == "FILE" and "file" in action.help, name
+            if option == "--out":
+                assert action.metavar == "DIR" and "folder" in action.help, name
+            if option in ("--window", "--vcd-window"):
+                assert action.metavar == "FIRST:LAST", name
+    for old in ("--max-cycles", "--cycles", "--vcd-cycles"):
+        assert old not in seen, f"{old} is still shown by {seen.get(old)}"
+    assert sorted(seen["--out"]) == ["plot", "run", "sweep", "waveform"]
+    assert sorted(seen["-o"]) == ["asm", "disasm", "verilog"]
+    assert sorted(seen["--window"]) == ["plot", "waveform"]
+    assert sorted(seen["--vcd-window"]) == ["exec", "run"]
+    assert seen["--cycle-limit"] == ["exec"]
+    workers = [_options(commands[c])["--workers"] for c in ("sweep", "tune")]
+    assert workers[0].help == workers[1].help and workers[0].default == workers[1].default
+    for command in ("run", "tune", "sweep", "synth"):  # reports and progress
+        assert {"--json", "--quiet"} <= set(_options(commands[command])), command
+    assert "--json" in _options(commands["exec"])
+
+
+@pytest.mark.parametrize("args, note", [
+    (["exec", "P", "--backend", "fsim", "--max-cycles", "5"], "--max-cycles"),
+    (["exec", "P", "--vcd-cycles", "0:5"], "--vcd-cycles"),
+])
+def test_old_option_spellings_still_work_with_a_note(
+        args: list[str], note: str, program_file: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(program_file) if a == "P" else a for a in args]
+    assert main(args) == 2
+    err = capsys.readouterr().err.splitlines()
+    new = {"--max-cycles": "--cycle-limit", "--vcd-cycles": "--vcd-window"}[note]
+    assert err[0] == f"accel: note: {note} is deprecated; use {new}"
+    assert err[1].startswith("accel: error: ") and f"{new} need" in err[1]  # the new check
+
+
+def test_run_json_is_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "resnet18", "--image-size", "16", "--backend", "fsim", "--json",
+                 "--quiet"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert report["model"] == "resnet18" and report["check"] is True
+    assert report["totals"]["layers"] == len(report["layers"])
+    assert captured.err == ""

@@ -130,6 +130,10 @@ def test_timeline_window_must_hold_cycles(measured: Any, tmp_path: Path,
                      "--max-cycles", str(n), "--out", str(tmp_path)]) == 2
         err = capsys.readouterr().err
         assert err.splitlines()[-1] == f"accel: error: --max-cycles must be at least 1, not {n}"
+    assert main(["plot", str(folder), "--kind", "timeline", "--trace", str(trace), "--window",
+                 "500:500", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("accel: error: --window '500:500': the window is empty "
+                                       "(LAST must be greater than FIRST)\n")
     with pytest.raises(PlotError, match=r"no activity from cycle 10000000 on: the trace ends "
                                         r"at cycle \d+$"):
         plot_timeline(trace, tmp_path, first_cycle=10_000_000)
@@ -395,7 +399,7 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
     from accel.cli import main
 
     path, _ = rtl_vcd
-    assert main(["waveform", str(path), "--out", str(tmp_path), "--cycles", "10:60"]) == 0
+    assert main(["waveform", str(path), "--out", str(tmp_path), "--window", "10:60"]) == 0
     paths = [tmp_path / "run_waveform.png", tmp_path / "run_waveform.svg"]
     assert capsys.readouterr().out.splitlines() == [f"wrote {p}" for p in paths]
     _check_image(paths, "run_waveform")
@@ -403,8 +407,10 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
     assert "waveform: run.vcd, cycles 10 to 60" in svg
     for extra, message in [
         (["-s", "*.top.nothing"], f"{path}: no signal matches *.top.nothing"),
-        (["--cycles", "x"], "VCD window 'x': expected FIRST:LAST in cycles"),
-        (["--out", str(tmp_path / "no")], f"{tmp_path}/no: no such folder for the waveform"),
+        (["--window", "x"], "--window 'x': expected FIRST:LAST in cycles"),
+        (["--window", "60:10"], "--window '60:10': the window is empty"),
+        (["--out", str(paths[0])], f"{paths[0]}: cannot write --out: it is a file, not a "
+                                   "folder"),
         (["-s", "*.top.*"], f"{path}: "),
     ]:
         assert main(["waveform", str(path), *extra]) == 2
@@ -412,3 +418,7 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
         assert err.startswith(f"accel: error: {message}") and err.count("\n") == 1, err
     assert re.fullmatch(r"accel: error: .*run\.vcd: \d+ signals match \*\.top\.\*; at most 64 "
                         r"fit one plot: narrow the patterns\n", err)
+    new = tmp_path / "new" / "folder"  # created, as run, sweep and plot create theirs
+    assert main(["waveform", str(path), "--out", str(new), "--cycles", "10:60"]) == 0
+    assert (new / "run_waveform.png").exists()
+    assert capsys.readouterr().err == "accel: note: --cycles is deprecated; use --window\n"

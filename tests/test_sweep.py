@@ -7,6 +7,7 @@ fraction of a second.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -343,6 +344,11 @@ def test_cli_sweep_with_error_rows_exits_1(tmp_path: Path,
     assert "ran 6: 3 ok, 3 error" in captured.out
     assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 1
     assert capsys.readouterr().err == line
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet", "--json"]) == 1
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert (summary["points"], summary["already_done"], summary["failed_points"]) == (6, 6, 3)
+    assert captured.err == line
 
 
 def test_cli_bad_spec_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
