@@ -172,6 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.end()
         raise CliError(str(exc)) from None
     compiled = time.perf_counter()
+    progress.end()  # a terminal's updating line, before anything on stdout
     if args.tuning_log:
         logged = _logged_layers(exe, args.tuning_log)
         print(f"tuning log {args.tuning_log}: {logged} of {len(exe.compiled)} accelerator "
