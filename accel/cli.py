@@ -265,7 +265,7 @@ def _logged_layers(exe: Any, path: str) -> int:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    from accel import __version__
+    import accel
 
     parser = argparse.ArgumentParser(
         prog="accel",
@@ -274,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
                "when missing). Exit status: 0 done, 1 a check or a sweep point failed, 2 bad "
                "input (one 'accel: error:' line), 130 interrupted.",
     )
-    parser.add_argument("--version", action="version", version=f"accel {__version__}",
+    parser.add_argument("--version", action="version", version=f"accel {accel.__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
