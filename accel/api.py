@@ -171,14 +171,18 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None,
                seq_len: int | None = None) -> Any:
     """A graph from a zoo name (``"resnet18"``), an ``.onnx`` path, or a graph (returned as is).
 
+    ``batch`` sizes a zoo model, or an ONNX input's symbolic first dimension; ``image_size``
+    (default 224) sizes a zoo model only: an ONNX file fixes its input shape.
+
     Raises
     ------
     compiler.graph.ir.GraphError
-        Unknown model name, unreadable or invalid ONNX file.
+        Unknown model name, unreadable or invalid ONNX file, an ``image_size`` for an ONNX
+        model, a batch or image size below 1.
     """
     from pathlib import Path
 
-    from compiler.graph.ir import Graph
+    from compiler.graph.ir import Graph, GraphError
 
     if isinstance(model, Graph):
         return model
@@ -186,10 +190,14 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None,
     if text.endswith(".onnx") or Path(text).suffix == ".onnx":
         from compiler.graph.onnx_frontend import import_onnx
 
-        return import_onnx(text)
+        if image_size is not None:
+            raise GraphError(f"{text}: image_size applies to zoo models only; the input shape "
+                             "of an ONNX model is fixed by the file")
+        return import_onnx(text, batch=batch)
     from compiler.graph.zoo import load_zoo
 
-    return load_zoo(text, batch=batch, image_size=image_size or 224,
+    # None means the default; 0 is an error (the zoo says so), not the default.
+    return load_zoo(text, batch=batch, image_size=224 if image_size is None else image_size,
                     seq_len=128 if seq_len is None else seq_len)
 
 
@@ -220,8 +228,7 @@ def sample_inputs(graph: Any, seed: Any = 0, calibration_samples: int = 8
 def compile(
     model: Any, config: HwConfig | str | None = None, batch: int = 1,
     image_size: int | None = None, calibration: Any = None, knobs: dict[str, Any] | None = None,
-    seq_len: int | None = None,
-    tuning_log: Any = None,
+    seq_len: int | None = None, tuning_log: Any = None, progress: Any = None,
 ) -> Any:
     """Compile a network for ``config``: graph passes, partitioning, per-layer programs.
 
@@ -241,6 +248,9 @@ def compile(
         A tuning log (path or :class:`compiler.tune.log.TuningLog`) written by ``accel tune``:
         every conv2d and dense layer it holds records for (same config, same signature) is
         compiled with its fastest logged knobs; the others get the heuristic's.
+    progress
+        ``progress(k, n, name)`` before compiling each of the ``n`` accelerator layers, and
+        with ``k == n`` at the end.
 
     Returns
     -------
@@ -259,7 +269,7 @@ def compile(
     log = _tuning_log(tuning_log)
     graph = load_model(model, batch=batch, image_size=image_size, seq_len=seq_len)
     graph = optimize(graph, cfg, calibration=calibration)
-    return Executable(graph, cfg, knobs=knobs, tuning_log=log)
+    return Executable(graph, cfg, knobs=knobs, tuning_log=log, progress=progress)
 
 
 def _tuning_log(log: Any) -> Any:

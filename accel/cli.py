@@ -17,15 +17,20 @@ from typing import Any
 
 import yaml
 
+from accel.cli_util import (
+    EXIT_BAD_INPUT,
+    CliError,
+    Progress,
+    check_model_options,
+    check_out_dir,
+    check_out_file,
+    interrupted,
+    make_out_dir,
+    steps,
+)
 from accel.machine.config import HwConfig, load_config, shipped_configs
 
-__all__ = ["main"]
-
-EXIT_BAD_INPUT = 2
-
-
-class CliError(Exception):
-    """A user-facing failure: printed as one line, exit status 2."""
+__all__ = ["CliError", "main"]
 
 
 def _config(spec: str | None) -> HwConfig:
@@ -53,20 +58,36 @@ def cmd_config_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_config_list(args: argparse.Namespace) -> int:
-    for name in shipped_configs():
-        cfg = load_config(name)
+    configs = [(name, load_config(name)) for name in shipped_configs()]
+    if args.json:
+        print(json.dumps([{"name": name, "config": cfg.name, "description": cfg.description}
+                          for name, cfg in configs], indent=2))
+        return 0
+    for name, cfg in configs:
         print(f"{name:<16} {cfg.name:<44} {cfg.description}")
     return 0
 
 
 # ---------------------------------------------------------------------- programs
 def cmd_asm(args: argparse.Namespace) -> int:
-    from accel.machine.program import assemble_file
+    from accel.machine.program import ProgramError, assemble_file
+    from accel.machine.tokens import check_tokens
 
+    output = check_out_file(args.output, "-o", inputs=[args.source])
     cfg = _config(args.config) if args.config else None
     program = assemble_file(args.source, config=cfg)
-    program.validate()
-    program.save(args.output)
+    try:
+        program.validate()
+    except ProgramError as exc:
+        raise CliError(f"{args.source}: {exc}") from None
+    try:
+        check_tokens(program)  # a deadlock or tokens left at FINISH: accel exec would fail
+    except ProgramError as exc:
+        message = f"{args.source}: dependency tokens do not balance: {exc}"
+        if not args.allow_unbalanced:
+            raise CliError(f"{message}; pass --allow-unbalanced to write it anyway") from None
+        print(f"accel: warning: {message}", file=sys.stderr)
+    program.save(output)
     print(f"{args.output}: {len(program.insns)} instructions, {len(program.uops)} micro-ops "
           f"for {program.config.name}")
     return 0
@@ -75,62 +96,43 @@ def cmd_asm(args: argparse.Namespace) -> int:
 def cmd_disasm(args: argparse.Namespace) -> int:
     from accel.machine.program import Program, disassemble
 
+    output = check_out_file(args.output, "-o", inputs=[args.program]) if args.output else None
     cfg = _config(args.config) if args.config else None
     program = Program.load(args.program, config=cfg)
     text = disassemble(program)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+    if output is not None:
+        output.write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     return 0
 
 
 # ---------------------------------------------------------------------- networks
-def _progress(stream: Any) -> Any:
-    """A progress callback: an updating line on a terminal, nothing otherwise."""
-    if not getattr(stream, "isatty", lambda: False)():
-        return None
-    start = time.perf_counter()
-
-    def show(k: int, n: int, name: str) -> None:
-        width = 24
-        done = int(width * k / max(n, 1))
-        line = (f"\r[{'#' * done}{'.' * (width - done)}] {k}/{n} {name:<28.28} "
-                f"{time.perf_counter() - start:5.1f}s")
-        stream.write(line)
-        if k == n:
-            stream.write("\n")
-        stream.flush()
-
-    return show
-
-
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
 def print_report(report: Any, out: Any = None) -> None:
-    """The per-layer table and the totals."""
+    """The per-layer table and the totals (columns as in layers.csv, docs/reference.md)."""
     out = out or sys.stdout
     header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
-              f"{'bound':>10} {'roof':>5} {'ms':>8} {'util':>5} {'DRAM KB':>8} {'bw':>4}  "
-              f"largest stall")
+              f"{'bound':>10} {'roof':>5} {'sim ms':>8} {'host ms':>8} {'util':>5} "
+              f"{'DRAM KiB':>8} {'bw':>4}  largest stall")
     print(header, file=out)
     print("-" * len(header), file=out)
     for layer in report.layers:
         shape = "x".join(str(s) for s in layer.output_shape)
-        ms = layer.milliseconds if layer.target == "accel" else layer.wall_ms
         print(f"{layer.name:<22.22} {layer.op:<16.16} {shape:<17.17} {layer.target:<6} "
               f"{_fmt(layer.cycles, 'd'):>10} {_fmt(layer.bound_cycles, '.0f'):>10} "
-              f"{_fmt(layer.roofline_efficiency, '.2f'):>5} {_fmt(ms, '.3f'):>8} "
-              f"{_fmt(layer.gemm_utilization, '.2f'):>5} {_fmt(layer.dram_kb, '.1f'):>8} "
-              f"{_fmt(layer.dram_bandwidth_share, '4.0%'):>4}  "
+              f"{_fmt(layer.roofline_efficiency, '.2f'):>5} {_fmt(layer.sim_ms, '.3f'):>8} "
+              f"{_fmt(layer.host_ms, '.3f'):>8} {_fmt(layer.gemm_utilization, '.2f'):>5} "
+              f"{_fmt(layer.dram_kib, '.1f'):>8} {_fmt(layer.dram_bandwidth_share, '4.0%'):>4}  "
               f"{layer.largest_stall or ''}", file=out)
     t = report.totals()
     print("-" * len(header), file=out)
     cycles = t["accel_cycles"]
     if cycles is not None:
-        print(f"accelerator: {cycles} cycles = {t['accel_ms']:.3f} ms at "
+        print(f"accelerator: {cycles} cycles = {t['accel_sim_ms']:.3f} ms at "
               f"{report.clock_mhz:g} MHz ({report.backend}, {report.config})", file=out)
         print(f"roofline: bound {t['bound_cycles']:.0f} cycles, efficiency "
               f"{_fmt(t['roofline_efficiency'], '.3f')} (sum of bounds / sum of cycles over "
@@ -138,15 +140,15 @@ def print_report(report: Any, out: Any = None) -> None:
     else:
         print(f"accelerator: functional only ({report.backend}, {report.config}); roofline "
               f"bound {t['bound_cycles']:.0f} cycles", file=out)
-    share = t.get("fallback_wall_share")
-    print(f"fallback ({report.fallback}): {t['fallback_wall_ms']:.1f} ms wall"
-          + (f" ({100 * share:.1f}% of the run's {t['run_wall_ms'] / 1000:.2f} s)"
+    share = t.get("fallback_host_share")
+    print(f"fallback ({report.fallback}): {t['fallback_host_ms']:.1f} ms host time"
+          + (f" ({100 * share:.1f}% of the run's {t['run_host_ms'] / 1000:.2f} s)"
              if share is not None else "")
           + f"; MACs offloaded: {100 * t['offloaded_mac_share']:.2f}%", file=out)
     plan = report.memory_plan
     if plan.get("peak_bytes"):
-        print(f"DRAM plan: peak {plan['peak_bytes'] / 1024:.0f} KB vs naive "
-              f"{plan['naive_bytes'] / 1024:.0f} KB", file=out)
+        print(f"DRAM plan: peak {plan['peak_bytes'] / 1024:.0f} KiB vs naive "
+              f"{plan['naive_bytes'] / 1024:.0f} KiB", file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -157,6 +159,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
 
+    check_model_options(args.model, args.batch, args.image_size)
+    out_dir = check_out_dir(args.out, "--out") if args.out else None
     cfg = _config(args.config)
     if args.tuning_log and not Path(args.tuning_log).is_file():
         raise CliError(f"{args.tuning_log}: no such tuning log")
@@ -164,35 +168,47 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.vcd_layer is not None and dump is None:
         raise CliError("--vcd-layer needs --vcd FILE")
     is_onnx = str(args.model).endswith(".onnx")
+    progress = Progress(sys.stderr, quiet=args.quiet)
     started = time.perf_counter()
     try:
+        # Loading takes a few seconds at most and finds bad input (an unknown model, a broken
+        # file): before any progress, so that bad input is its one error line.
         graph = accel.load_model(args.model, batch=args.batch, image_size=args.image_size,
                                  seq_len=args.seq_len)
         x, calibration = accel.sample_inputs(graph, args.seed)
-        exe = accel.compile(graph, cfg, calibration=calibration, tuning_log=args.tuning_log)
+        progress.start("compile", None, f"{args.model} for {cfg.name}")
+        exe = accel.compile(graph, cfg, calibration=calibration, tuning_log=args.tuning_log,
+                            progress=steps(progress, "layers compiled"))
     except (GraphError, LoweringError) as exc:
+        progress.end()
         raise CliError(str(exc)) from None
     compiled = time.perf_counter()
+    progress.end()  # a terminal's updating line, before anything on stdout
     if args.tuning_log:
         logged = _logged_layers(exe, args.tuning_log)
         print(f"tuning log {args.tuning_log}: {logged} of {len(exe.compiled)} accelerator "
-              "layers use logged knobs, the others the heuristic's")
+              "layers use logged knobs, the others the heuristic's",
+              file=sys.stderr if args.json else sys.stdout)  # --json: stdout is JSON only
     check = (not is_onnx) if args.check is None else args.check
-    out_dir = Path(args.out) if args.out else None
     dumped = None
     if dump is not None:
         dumped = args.vcd_layer or next(iter(exe.compiled), None)
         if dumped is None:
             raise CliError(f"--vcd: no layer of {graph.name} runs on the accelerator")
+    progress.start("run", len(exe.graph.nodes), f"on {args.backend}")
     try:
         outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
                                   trace=out_dir is not None and args.backend != "fsim"
                                   and not args.no_trace,
-                                  progress=_progress(sys.stderr),
+                                  progress=steps(progress, "done"),
                                   layer_options={dumped: {"vcd": dump}} if dumped else None)
     except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
         raise CliError(rtl_failure(exc)) from exc
+    finally:
+        progress.end()
     ran = time.perf_counter()
+    if args.json:
+        return _run_json(args, exe, x, outputs, report, check, out_dir)
     print_report(report)
     if dump is not None:
         layer = next(layer for layer in report.layers if layer.name == dumped)
@@ -218,17 +234,41 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "with the numpy reference network")
     print(f"time: compile {compiled - started:.2f} s, run {ran - compiled:.2f} s")
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        report.write_json(out_dir / "report.json")
-        report.write_csv(out_dir / "layers.csv")
-        if args.backend != "fsim":
-            report.plot_utilization(out_dir / "utilization.png")
-            if not args.no_trace:
-                report.write_trace(out_dir / "trace.json")
-        print(f"wrote {out_dir}/report.json, layers.csv"
-              + (", utilization.png" if args.backend != "fsim" else "")
-              + (", trace.json" if args.backend != "fsim" and not args.no_trace else ""))
+        names = _write_run_files(report, out_dir, args.backend, trace=not args.no_trace)
+        print(f"wrote {out_dir}/{', '.join(names)}")
     return 1 if check and report.check is False else 0
+
+
+def _run_json(args: argparse.Namespace, exe: Any, x: Any, outputs: Any, report: Any,
+              check: bool, out_dir: Path | None) -> int:
+    """``accel run --json``: report.json's content on stdout (the check included)."""
+    import numpy as np
+
+    if check:
+        ref = exe.reference(x)
+        if not all(np.array_equal(outputs[k], ref[k]) for k in ref):
+            report.check = False
+    if out_dir is not None:
+        _write_run_files(report, out_dir, args.backend)
+    print(json.dumps(report.to_dict(), indent=2))
+    return 1 if check and report.check is False else 0
+
+
+def _write_run_files(report: Any, out_dir: Path, backend: str, trace: bool = True
+                     ) -> list[str]:
+    """report.json, layers.csv (and utilization.png, trace.json but on fsim; no trace.json
+    without ``trace``) in ``out_dir``; the names written."""
+    make_out_dir(out_dir, "--out")
+    report.write_json(out_dir / "report.json")
+    report.write_csv(out_dir / "layers.csv")
+    names = ["report.json", "layers.csv"]
+    if backend != "fsim":
+        report.plot_utilization(out_dir / "utilization.png")
+        names.append("utilization.png")
+        if trace:
+            report.write_trace(out_dir / "trace.json")
+            names.append("trace.json")
+    return names
 
 
 def _logged_layers(exe: Any, path: str) -> int:
@@ -242,10 +282,17 @@ def _logged_layers(exe: Any, path: str) -> int:
 
 # ---------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
+    import accel
+
     parser = argparse.ArgumentParser(
         prog="accel",
         description="Hardware/software co-design toolkit for VTA-style DL accelerators.",
+        epilog="Options named -o/--output take a file, options named --out a folder (created "
+               "when missing). Exit status: 0 done, 1 a check or a sweep point failed, 2 bad "
+               "input (one 'accel: error:' line), 130 interrupted.",
     )
+    parser.add_argument("--version", action="version", version=f"accel {accel.__version__}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -261,27 +308,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="YAML config file")
     p.set_defaults(func=cmd_config_validate)
     p = cfg_sub.add_parser("list", help="list the shipped configs")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON (name, canonical name, description of each)")
     p.set_defaults(func=cmd_config_list)
 
     p = sub.add_parser("run", help="run a network (zoo name or .onnx) through a backend")
     p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50, bert_tiny, "
                    "bert_base, vit_tiny) or an .onnx file")
     p.add_argument("--config", help="hardware config name or YAML path")
-    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"])
+    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"],
+                   help="fsim: functional simulator, no cycles; sim: functional and SimPy "
+                        "timing simulators (default); rtl: the Amaranth RTL (Verilator or "
+                        "Amaranth's simulator)")
     p.add_argument("--fallback", default="cpu", choices=["cpu", "gpu"],
-                   help="where operators the accelerator cannot run go")
-    p.add_argument("--batch", type=int, default=1)
+                   help="where operators the accelerator cannot run go (default cpu: numpy; "
+                        "gpu: CuPy)")
+    p.add_argument("--batch", type=int, default=1,
+                   help="batch size of a zoo model, or of an ONNX model's symbolic batch "
+                        "dimension (default 1)")
     p.add_argument("--image-size", type=int, default=None,
-                   help="ResNet input size (default 224)")
+                   help="input height and width of a zoo model (default 224; an ONNX file "
+                        "fixes its own)")
     p.add_argument("--seq-len", type=int, default=None,
-                   help="BERT tokens per sequence (default 128)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random input")
-    p.add_argument("--out", help="write report.json, layers.csv, utilization.png, trace.json")
+                   help="tokens per sequence of a BERT zoo model (default 128)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
+    p.add_argument("--out", metavar="DIR",
+                   help="folder (created when missing) for report.json, layers.csv and, on sim "
+                        "and rtl, utilization.png and trace.json")
     p.add_argument("--no-trace", action="store_true",
                    help="with --out, no trace.json (a BERT-base trace runs to gigabytes)")
     p.add_argument("--check", dest="check", action="store_true", default=None,
                    help="compare every layer with the numpy reference (default for zoo models)")
-    p.add_argument("--no-check", dest="check", action="store_false")
+    p.add_argument("--no-check", dest="check", action="store_false",
+                   help="do not compare with the numpy reference (default for ONNX models, "
+                        "which are float: their reference is onnxruntime)")
     from accel.cli_exec import add_vcd_arguments
 
     add_vcd_arguments(p, "one accelerator layer")
@@ -289,6 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the accelerator layer --vcd dumps (default: the first)")
     p.add_argument("--tuning-log", metavar="FILE",
                    help="compile conv2d/dense layers with the best knobs of this accel tune log")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (compiling and running each layer)")
+    p.add_argument("--json", action="store_true",
+                   help="print report.json's content instead of the table")
     p.set_defaults(func=cmd_run)
 
     from hw.cli import add_parsers as add_hw_parsers
@@ -309,13 +373,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("asm", help="assemble a .s file into a binary program")
     p.add_argument("source", help="assembly text (the form accel disasm prints)")
-    p.add_argument("-o", "--output", required=True, help="binary program file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the binary program file to write")
     p.add_argument("--config", help="config name or path (default: the .config directive)")
+    p.add_argument("--allow-unbalanced", action="store_true",
+                   help="write a program whose dependency tokens do not balance (it deadlocks "
+                        "or leaves tokens at FINISH) with a warning instead of refusing it")
     p.set_defaults(func=cmd_asm)
 
     p = sub.add_parser("disasm", help="print a binary program as assembly text")
     p.add_argument("program", help="binary program file")
-    p.add_argument("-o", "--output", help="write the text here instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="the file to write the text to (default: stdout)")
     p.add_argument("--config", help="config the program must have been built for")
     p.set_defaults(func=cmd_disasm)
     return parser
@@ -336,8 +405,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"accel: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return interrupted("accel: interrupted")
     except BrokenPipeError:
         return 0
+    except OSError as exc:
+        # A file that could not be read or written after the checks passed (a full disk, a
+        # folder removed meanwhile): still one line naming it.
+        if os.environ.get("ACCEL_DEBUG") or not exc.filename:
+            raise
+        print(f"accel: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
     accel asm gemm.s -o gemm.bin
     accel exec gemm.bin --backend rtl --check            # DRAM as fsim's, cycles as sim's
     accel exec gemm.s --trace gemm.json                  # assembly text too; a Perfetto trace
-    accel exec gemm.bin --backend rtl --vcd gemm.vcd --vcd-cycles 0:500
+    accel exec gemm.bin --backend rtl --vcd gemm.vcd --vcd-window 0:500
     accel exec gemm.bin --dram-in inputs.bin --dram-out result.bin
 
 A program file holds instructions, micro-ops and the layout of its DRAM regions, not their
@@ -28,40 +28,43 @@ __all__ = ["DEFAULT_VCD_CYCLES", "add_parsers", "add_vcd_arguments", "cmd_exec",
            "vcd_dump", "vcd_summary"]
 
 DEFAULT_VCD_CYCLES = "0:10000"
-"""The cycles ``--vcd`` dumps without ``--vcd-cycles``: a whole-design dump of a GEMM running
+"""The cycles ``--vcd`` dumps without ``--vcd-window``: a whole-design dump of a GEMM running
 is about 15 KB a cycle on ``default``, so 10,000 cycles are about 150 MB."""
 
 
 def add_vcd_arguments(p: argparse.ArgumentParser, what: str) -> None:
-    """``--vcd`` and ``--vcd-cycles`` (for ``rtl`` runs of ``what``)."""
+    """``--vcd`` and ``--vcd-window`` (for ``rtl`` runs of ``what``)."""
+    from accel.cli_util import add_deprecated_alias
+
     p.add_argument("--vcd", metavar="FILE",
                    help=f"with --backend rtl: write waveforms of {what} to FILE (from Verilator "
                         "or Amaranth's simulator, whichever runs it)")
-    p.add_argument("--vcd-cycles", metavar="FIRST:LAST", default=None,
+    p.add_argument("--vcd-window", metavar="FIRST:LAST", default=None,
                    help=f"the cycles --vcd dumps, LAST excluded, either end optional "
                         f"(default {DEFAULT_VCD_CYCLES}; a whole-design dump takes about "
                         "15 KB a cycle on default; 0: dumps the whole run)")
+    add_deprecated_alias(p, "--vcd-cycles", "--vcd-window", "vcd_window")
 
 
 def vcd_dump(args: argparse.Namespace) -> Any:
-    """The :class:`hw.waveform.VcdDump` that ``--vcd``/``--vcd-cycles`` ask for, or None.
+    """The :class:`hw.waveform.VcdDump` that ``--vcd``/``--vcd-window`` ask for, or None.
 
     Raises
     ------
     ValueError
-        ``--vcd-cycles`` without ``--vcd``, ``--vcd`` on a backend other than ``rtl``, a
+        ``--vcd-window`` without ``--vcd``, ``--vcd`` on a backend other than ``rtl``, a
         malformed window, or a folder that does not exist.
     """
     from hw.waveform import VcdDump
 
     if args.vcd is None:
-        if args.vcd_cycles is not None:
-            raise ValueError("--vcd-cycles needs --vcd FILE")
+        if args.vcd_window is not None:
+            raise ValueError("--vcd-window needs --vcd FILE")
         return None
     if args.backend != "rtl":
         raise ValueError(f"--vcd needs --backend rtl (the {args.backend} backend has no "
                          "waveforms)")
-    dump = VcdDump.parse(args.vcd, args.vcd_cycles or DEFAULT_VCD_CYCLES)
+    dump = VcdDump.parse(args.vcd, args.vcd_window or DEFAULT_VCD_CYCLES)
     dump.check_folder()
     return dump
 
@@ -82,6 +85,7 @@ def vcd_summary(dump: Any, cycles: int, what: str) -> str:
 
 def add_parsers(subparsers: Any) -> None:
     """Add ``exec`` to ``subparsers`` (an ``add_subparsers()`` result)."""
+    from accel.cli_util import add_deprecated_alias
     from hw.backend import ENGINES
 
     p = subparsers.add_parser(
@@ -89,17 +93,22 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("program", help="binary program file, or assembly text (.s, .asm: what "
                                    "accel disasm prints)")
     p.add_argument("--config", help="config the program must have been built for")
-    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"])
+    p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"],
+                   help="fsim: functional simulator, no cycles; sim: functional and SimPy "
+                        "timing simulators (default); rtl: the Amaranth RTL")
     p.add_argument("--engine", default="auto", choices=ENGINES,
                    help="with --backend rtl: Verilator, Amaranth's simulator, or Verilator "
                         "when it is installed (auto, the default)")
-    p.add_argument("--max-cycles", type=int, default=None, metavar="N",
-                   help="with --backend rtl: give up after N cycles (default: run_rtl's)")
+    p.add_argument("--cycle-limit", type=int, default=None, metavar="N",
+                   help="with --backend rtl: give up after N cycles (default: run_rtl's, 50 "
+                        "million)")
+    add_deprecated_alias(p, "--max-cycles", "--cycle-limit", "cycle_limit", type=int)
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the random bytes the DRAM regions start with (default 0)")
     p.add_argument("--dram-in", metavar="FILE",
                    help="start from this DRAM image (raw bytes) instead of random bytes")
-    p.add_argument("--dram-out", metavar="FILE", help="write the DRAM image after the run")
+    p.add_argument("--dram-out", metavar="FILE",
+                   help="the file to write the DRAM image to after the run")
     p.add_argument("--trace", metavar="FILE",
                    help="with --backend sim: write a Perfetto trace (Chrome JSON) of the run")
     p.add_argument("--check", action="store_true",
@@ -167,6 +176,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 def cmd_exec(args: argparse.Namespace) -> int:
     """``accel exec``: run a program file; exit 1 when ``--check`` finds a difference."""
+    from accel.cli_util import check_out_file
     from accel.machine.config import load_config
     from runtime.backends import run_program
 
@@ -174,13 +184,14 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if args.trace is not None and args.backend != "sim":
         raise ValueError(f"--trace needs --backend sim (the {args.backend} backend records "
                          "no trace)")
+    inputs = [p for p in (args.program, args.dram_in) if p is not None]
     for flag, path in (("--trace", args.trace), ("--dram-out", args.dram_out)):
-        if path is not None and not Path(path).parent.is_dir():
-            raise ValueError(f"{path}: cannot write {flag}: no folder {Path(path).parent}")
-    if args.backend != "rtl" and (args.engine != "auto" or args.max_cycles is not None):
-        raise ValueError("--engine and --max-cycles need --backend rtl")
-    if args.max_cycles is not None and args.max_cycles < 1:
-        raise ValueError(f"--max-cycles must be at least 1, not {args.max_cycles}")
+        if path is not None:
+            check_out_file(path, flag, inputs=inputs)
+    if args.backend != "rtl" and (args.engine != "auto" or args.cycle_limit is not None):
+        raise ValueError("--engine and --cycle-limit need --backend rtl")
+    if args.cycle_limit is not None and args.cycle_limit < 1:
+        raise ValueError(f"--cycle-limit must be at least 1, not {args.cycle_limit}")
     cfg = load_config(args.config) if args.config else None
     program = _load_program(Path(args.program), cfg)
     cfg = program.config
@@ -188,7 +199,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     initial = dram.copy()
     options: dict[str, Any] = {}
     if args.backend == "rtl":
-        options = {"engine": args.engine, "max_cycles": args.max_cycles, "vcd": dump}
+        options = {"engine": args.engine, "max_cycles": args.cycle_limit, "vcd": dump}
     try:
         result = run_program(program, dram, backend=args.backend,
                              trace=args.trace is not None, **options)

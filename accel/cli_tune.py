@@ -19,6 +19,7 @@ Progress goes to stderr, the summary table to stdout.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import time
@@ -77,14 +78,17 @@ def timing_class(wl: Any) -> tuple[Any, ...]:
     return astuple(replace(wl, shift=int(wl.shift > 0), relu=False))
 
 
-def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[Any]]]:
-    """(label, workload, other workloads of its timing class) of every conv2d to tune."""
+def _workloads(args: argparse.Namespace, cfg: Any, progress: Any
+               ) -> list[tuple[str, Any, list[Any]]]:
+    """(label, workload, other workloads of its timing class) of every conv2d to tune; a
+    model is compiled to find them, with ``progress``."""
     from compiler.ops.workloads import resnet18_layer
 
     layers = parse_layers(args.target)
     if layers is not None:
         return [(name, resnet18_layer(name, batch=args.batch), []) for name in layers]
     import accel
+    from accel.cli_util import steps
     from compiler.errors import LoweringError
     from compiler.graph.ir import GraphError
     try:
@@ -98,7 +102,9 @@ def _workloads(args: argparse.Namespace, cfg: Any) -> list[tuple[str, Any, list[
             rng = np.random.default_rng(0)
             calibration = [{graph.inputs[0]: rng.standard_normal(first.shape).astype(np.float32)}
                            for _ in range(8)]
-        exe = accel.compile(graph, cfg, calibration=calibration)
+        progress.start("compile", None, f"{args.target} for {cfg.name}")
+        exe = accel.compile(graph, cfg, calibration=calibration,
+                            progress=steps(progress, "layers compiled"))
     except (GraphError, LoweringError) as exc:
         raise TuneError(str(exc)) from None
     classes: dict[tuple[Any, ...], tuple[list[str], list[Any]]] = {}
@@ -134,64 +140,101 @@ def _knob_text(knobs: Any) -> str:
             f"t{k['oc_nthread']}x{k['h_nthread']} {TILE_ORDERS[k['tile_order']]}")
 
 
-class _Progress:
-    """One updating status line on a terminal; a line per batch otherwise."""
-
-    def __init__(self, stream: Any, n_layers: int) -> None:
-        self.stream = stream
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.n_layers = n_layers
-        self.start = time.perf_counter()
-
-    def show(self, k: int, label: str, text: str, end: bool = False) -> None:
-        line = (f"[{k}/{self.n_layers}] {label:<16.16} {text} "
-                f"{time.perf_counter() - self.start:6.1f}s")
-        if self.tty:
-            self.stream.write("\r" + line.ljust(100)[:100] + ("\n" if end else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
+    from accel.cli_util import Progress, check_model_options, interrupted
     from accel.machine.config import load_config
-    from compiler.errors import LoweringError
-    from compiler.tune import TuningLog, make_task, make_tuner
-    from runtime.tuning import SimMeasure
+    from compiler.tune import TuningLog
 
     if args.trials < 1:
         raise TuneError(f"--trials must be >= 1, got {args.trials}")
     if args.workers is not None and args.workers < 1:
         raise TuneError(f"--workers must be >= 1, got {args.workers}")
+    check_model_options(args.target, args.batch, args.image_size,
+                        layers=parse_layers(args.target) is not None)
     cfg = load_config(args.config)
+    started = time.perf_counter()
     log = TuningLog(args.log)
     if log.path.is_dir():
         raise TuneError(f"--log {args.log}: is a directory")
     skipped_before = log.skipped
-    workloads = _workloads(args, cfg)
-    progress = _Progress(sys.stderr, len(workloads))
+    logged_before = len(log)
+    progress = Progress(sys.stderr, quiet=args.quiet)
+    try:
+        rows = _tune(args, cfg, log, progress, started)
+    except KeyboardInterrupt:
+        # Every measurement was appended to the log as it came (a whole line, flushed).
+        n = len(log) - logged_before
+        return interrupted(f"accel: tune interrupted; {log.path} keeps the {n} "
+                           f"record{'s' if n != 1 else ''} it logged")
+    if args.json:
+        print(json.dumps(_rows_json(rows, cfg, log), indent=2))
+    else:
+        _print_table(rows, cfg, log, skipped_before)
+    return 0
+
+
+def _rows_json(rows: list[tuple[Any, ...]], cfg: Any, log: Any) -> dict[str, Any]:
+    """``accel tune --json``: the summary table as data."""
+    layers = []
+    for label, wl, space, trials, base_c, best_c, knobs in rows:
+        tuned = min(base_c, best_c) if base_c is not None and best_c else base_c
+        layers.append({
+            "layer": label, "workload": wl.signature(), "space": space if base_c else None,
+            "trials": trials if base_c else None, "heuristic_cycles": base_c,
+            "tuned_cycles": tuned,
+            "speedup": base_c / tuned if base_c and tuned else None,
+            "knobs": knobs.to_dict() if knobs is not None and best_c and best_c < base_c
+            else None})
+    return {"config": cfg.name, "log": str(log.path), "records": len(log), "layers": layers}
+
+
+def _tune(args: argparse.Namespace, cfg: Any, log: Any, progress: Any, started: float
+          ) -> list[tuple[Any, ...]]:
+    """Tune every layer of ``args.target``, logging each measurement; one table row each."""
+    from accel.cli_util import default_workers
+    from compiler.errors import LoweringError
+    from compiler.tune import make_task, make_tuner
+    from runtime.tuning import SimMeasure
+
+    workloads = _workloads(args, cfg, progress)
     rows = []
-    with SimMeasure(workers=args.workers) as measure:
+    with SimMeasure(workers=args.workers or default_workers()) as measure:
         for n, (label, wl, siblings) in enumerate(workloads, 1):
+            head = f"[{n}/{len(workloads)}] {label}"
             try:
                 task = make_task(wl, cfg)
                 default = task.default_knobs()
             except LoweringError as exc:
-                progress.show(n, label, f"skipped: {exc}", end=True)
+                progress.line(f"{head}: skipped: {exc}")
                 rows.append((label, wl, 0, 0, None, None, None))
                 continue
-            progress.show(n, label, f"heuristic knobs on {len(task.space)} valid settings")
+            progress.start(head, None, f"heuristic knobs ({len(task.space)} valid settings)")
+            batch = [0]  # the tuner's batch being measured (0: the heuristic's knobs)
+
+            def measuring(done: int, total: int, head: str = head, batch: list[int] = batch
+                          ) -> None:
+                # A batch can take minutes (seconds per setting): each setting is a step.
+                if done == 0 and batch[0]:
+                    progress.start(f"{head}: {args.tuner} batch {batch[0]}", total,
+                                   "settings measured")
+                else:
+                    progress.update(done, total, "settings measured")
+
+            measure.progress = measuring
             base = measure(task, [default])[0]
             if base.cycles is None:
                 raise TuneError(f"{label}: the heuristic's knobs do not build: {base.error}")
             log.add(cfg.name, task.signature, default.to_dict(), base.cycles, "heuristic")
             tuner = make_tuner(args.tuner, task, seed=args.seed)
+            batch[0] = 1
 
-            def report(tuner: Any, result: Any, new: Any, n: int = n, label: str = label,
-                       base_cycles: int = base.cycles) -> None:
+            def report(tuner: Any, result: Any, new: Any, head: str = head,
+                       base_cycles: int = base.cycles, batch: list[int] = batch) -> None:
+                batch[0] += 1
                 best = result.best.cycles
-                progress.show(n, label, f"{tuner.name} {len(result.trials)}/{args.trials} "
-                              f"trials, best {best} cycles ({base_cycles / best:.2f}x heuristic)")
+                progress.line(f"{head}: {tuner.name} {len(result.trials)}/{args.trials} trials, "
+                              f"best {best} cycles ({base_cycles / best:.2f}x heuristic) "
+                              f"({time.perf_counter() - started:.1f} s)")
 
             result = tuner.tune(args.trials, measure, callbacks=[report], log=log)
             best = result.best
@@ -201,9 +244,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
                 if best is not None and best.cycles < base.cycles:
                     log.add(cfg.name, other.signature(), best.knobs.to_dict(), best.cycles,
                             f"shared:{tuner.name}")
-            progress.show(n, label, f"done: {len(result.trials)} trials", end=True)
             rows.append((label, wl, len(task.space), len(result.trials), base.cycles,
                          best.cycles if best else None, best.knobs if best else None))
+    return rows
+
+
+def _print_table(rows: list[tuple[Any, ...]], cfg: Any, log: Any, skipped_before: int) -> None:
+    """The summary on stdout: a line per layer, then where the log is."""
     print(f"{'layer':<20} {'workload':<24} {'space':>6} {'trials':>6} {'heuristic':>10} "
           f"{'tuned':>10} {'speedup':>7}  best knobs")
     for label, wl, space, trials, base_c, best_c, knobs in rows:
@@ -219,11 +266,11 @@ def cmd_tune(args: argparse.Namespace) -> int:
           "compiles with the best of each layer)")
     if log.skipped > skipped_before or skipped_before:
         print(f"note: {log.skipped} line(s) of {log.path} are not records and were skipped")
-    return 0
 
 
 def add_parsers(subparsers: Any) -> None:
     """Add ``tune`` to ``subparsers``."""
+    from accel.cli_util import WORKERS_HELP
     from compiler.tune.tuners import TUNERS
 
     p = subparsers.add_parser(
@@ -238,11 +285,15 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--log", default="tuning.jsonl",
                    help="tuning log to append to (JSON lines; default tuning.jsonl)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tuner")
-    p.add_argument("--workers", type=int, default=None,
-                   help="measurement processes (default: min(2, CPUs))")
+    p.add_argument("--workers", type=int, default=None, metavar="N", help=WORKERS_HELP)
     p.add_argument("--batch", type=int, default=1, help="batch size of the layers")
     p.add_argument("--image-size", type=int, default=None,
-                   help="ResNet input size (default 224)")
+                   help="zoo model input size (default 224)")
     p.add_argument("--seq-len", type=int, default=None,
                    help="BERT tokens per sequence (default 128)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress on stderr (each layer, batch and measurement)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary as JSON instead of a table (knobs: null where the "
+                        "heuristic's are best)")
     p.set_defaults(func=cmd_tune)

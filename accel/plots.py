@@ -153,6 +153,22 @@ def _gops(row: dict[str, Any]) -> float:
     return 2.0 * row["macs"] * row["clock_mhz"] / row["cycles"] / 1000.0
 
 
+def _plain_ticks(minor: bool) -> Any:
+    """Tick labels of a log axis as plain numbers (``0.5``, ``20``, ``1,000``); minor ticks
+    labelled at 2 and 5 times a power of ten only, which keeps them apart."""
+    from matplotlib.ticker import FuncFormatter
+
+    def label(value: float, _: Any) -> str:
+        if value <= 0:
+            return ""
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        if minor and not any(math.isclose(mantissa, m, rel_tol=1e-6) for m in (2, 5)):
+            return ""
+        return f"{value:,.0f}" if value >= 1 else f"{value:.3g}"
+
+    return FuncFormatter(label)
+
+
 # ---------------------------------------------------------------------- plots
 def plot_utilization(rows: Sequence[dict[str, Any]], out: Path,
                      source: str = "results") -> list[Path]:
@@ -246,10 +262,13 @@ def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
 
     columns = ["cycles", "macs", "dram_bytes", "clock_mhz", "peak_macs_per_cycle",
                "dram_bytes_per_cycle"]
+    # Layers without MACs (a model's residual adds) do no operations the roofs bound, and 0
+    # ops per byte has no place on a log axis.
     ok = [r for r in _need(rows, columns, "roofline", "dram_bytes", source)
-          if r["dram_bytes"] > 0 and r["cycles"] > 0]
+          if r["dram_bytes"] > 0 and r["cycles"] > 0 and r["macs"] > 0]
     if not ok:
-        raise PlotError(f"{source}: the roofline plot needs rows with DRAM traffic and cycles")
+        raise PlotError(f"{source}: the roofline plot needs rows with MACs, DRAM traffic and "
+                        "cycles")
     fig, ax = plt.subplots(figsize=(8, 5.5))
     intensity = [2.0 * r["macs"] / r["dram_bytes"] for r in ok]
     xs = np.geomspace(min(intensity) / 4, max(intensity) * 4, 200)
@@ -264,6 +283,14 @@ def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
     for i, ((peak, bandwidth), sel) in enumerate(sorted(roofs.items())):
         colour = colours(i % colours.N)
         ax.plot(xs, np.minimum(peak, xs * bandwidth), "--", color=colour, linewidth=1)
+        # Each roof says what it is: the compute peak at the right end of its flat part, the
+        # bandwidth on its slope (halfway, on a log axis, to the ridge point).
+        ax.text(xs[-1], peak, f"peak {peak:g} GOPS", color=colour, fontsize="x-small",
+                ha="right", va="bottom")
+        ridge = peak / bandwidth
+        at = math.sqrt(xs[0] * min(ridge, xs[-1]))
+        ax.text(at, at * bandwidth, f"{bandwidth:g} GB/s", color=colour, fontsize="x-small",
+                ha="right", va="bottom")
         n = len({r["config_name"] for r in sel})
         ax.scatter([2.0 * r["macs"] / r["dram_bytes"] for r in sel], [_gops(r) for r in sel],
                    s=18, color=colour, alpha=0.85,
@@ -272,6 +299,9 @@ def plot_roofline(rows: Sequence[dict[str, Any]], out: Path,
                          f"{'s' if n > 1 else ''})")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # plain numbers, not "6x10^0"
+        axis.set_major_formatter(_plain_ticks(minor=False))
+        axis.set_minor_formatter(_plain_ticks(minor=True))
     ax.set_xlabel("operational intensity (ops per DRAM byte, 2 ops per MAC)")
     ax.set_ylabel("achieved throughput (GOPS)")
     ax.set_title(_title(ok, "roofline (dashed: peak compute and DRAM bandwidth)"))
@@ -368,37 +398,66 @@ def _read_trace(path: Path) -> tuple[dict[str, list[tuple[float, float]]], float
     return slices, clock
 
 
-def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None) -> list[Path]:
-    """Gantt chart of module activity from ``trace`` (``SimStats.write_trace`` output).
+def plot_timeline(trace: Path, out: Path, max_cycles: int | None = None,
+                  first_cycle: int = 0, title: str | None = None) -> list[Path]:
+    """Gantt chart of module activity from ``trace`` (``SimStats.write_trace`` or
+    ``RunReport.write_trace`` output).
 
-    ``max_cycles`` limits the window to the first that many cycles (whole run by default).
+    The window is ``max_cycles`` cycles from ``first_cycle`` (default: the whole run).
+    ``title`` says what ran (default: the trace file's name).
+
+    Raises
+    ------
+    PlotError
+        Not a trace, a window of no cycles, or one with no activity in it.
     """
-    plt = _pyplot()
-
+    if max_cycles is not None and max_cycles < 1:
+        raise PlotError(f"max_cycles must be at least 1, not {max_cycles}")
+    if first_cycle < 0:
+        raise PlotError(f"first_cycle must be 0 or more, not {first_cycle}")
     slices, clock = _read_trace(trace)
     to_cycles = clock if clock else 1.0  # trace timestamps are microseconds at the clock
+    tracks = [m for m in MODULES if slices[m]]  # the simulator records no fetch slices
+    last = None if max_cycles is None else first_cycle + max_cycles
+    spans: dict[str, list[tuple[float, float]]] = {}
+    run_end = 0.0
+    for m in tracks:
+        spans[m] = []
+        for ts, dur in slices[m]:
+            start, stop = ts * to_cycles, (ts + dur) * to_cycles
+            run_end = max(run_end, stop)
+            # outside the window (an instruction of no cycles counts where it starts)
+            if stop < first_cycle or (stop == first_cycle and stop > start) \
+                    or (last is not None and start >= last):
+                continue
+            s0 = max(start, first_cycle)
+            spans[m].append((s0, (stop if last is None else min(stop, last)) - s0))
+    if not any(spans.values()):
+        unit = "cycle" if clock else "µs"
+        raise PlotError(f"{trace}: no activity from {unit} {first_cycle} on: the trace ends "
+                        f"at {unit} {run_end:.0f}")
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(11, 3.2))
     colours = {"fetch": "tab:gray", "load": "tab:blue", "compute": "tab:orange",
                "store": "tab:green"}
-    tracks = [m for m in MODULES if slices[m]]  # the simulator records no fetch slices
-    end = 0.0
+    end = float(first_cycle)
     for row, m in enumerate(tracks):
-        spans = [(ts * to_cycles, dur * to_cycles) for ts, dur in slices[m]]
-        if max_cycles is not None:
-            spans = [(s, min(d, max_cycles - s)) for s, d in spans if s < max_cycles]
-        end = max([end] + [s + d for s, d in spans])
-        busy = sum(d for _, d in spans)
-        ax.broken_barh(spans, (row - 0.38, 0.76), color=colours[m],
-                       label=f"{m}: {len(spans):,} instructions")
+        end = max([end] + [s + d for s, d in spans[m]])
+        busy = sum(d for _, d in spans[m])
+        ax.broken_barh(spans[m], (row - 0.38, 0.76), color=colours[m],
+                       label=f"{m}: {len(spans[m]):,} instructions")
         ax.text(1.005, row, f"{busy:,.0f} {'cycles' if clock else 'µs'} busy",
                 transform=ax.get_yaxis_transform(), fontsize="x-small", va="center")
     ax.set_yticks(range(len(tracks)), tracks)
     ax.set_ylim(-0.6, len(tracks) - 0.4)
     ax.invert_yaxis()
-    ax.set_xlim(0, end or 1)
+    ax.set_xlim(first_cycle, last if last is not None else (end or 1))
     ax.set_xlabel("cycle" if clock else "time (µs)")
-    ax.set_title(f"module activity: {trace.stem}"
-                 + (f" (first {max_cycles:,} cycles)" if max_cycles else ""))
+    window = ""
+    if max_cycles is not None or first_cycle:
+        window = (f" (cycles {first_cycle:,} to {last:,})" if last is not None
+                  else f" (from cycle {first_cycle:,})")
+    ax.set_title(f"module activity: {title or trace.stem}{window}")
     ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     return _save(fig, out, "timeline")
 
@@ -501,14 +560,22 @@ def _match(name: str, pattern: str) -> bool:
 
 def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None = None,
              area: str = "luts", trace: Path | None = None,
-             max_cycles: int | None = None) -> tuple[list[Path], list[str]]:
+             max_cycles: int | None = None, failed: list[str] | None = None,
+             first_cycle: int = 0) -> tuple[list[Path], list[str]]:
     """Draw ``kinds`` from ``results_dir`` into ``out`` (default ``results_dir/plots``).
+
+    ``results_dir`` is a sweep's folder (``results.csv``, ``traces/``) or an ``accel run
+    --out`` folder (``report.json``, ``trace.json``), from which the utilisation, stalls and
+    timeline plots can be drawn (:func:`run_rows`).
 
     Returns the written paths and one note per kind skipped because the results lack what it
     needs; that is only allowed when several kinds were asked for: a single requested kind
-    that cannot be drawn raises :class:`PlotError`.
+    that cannot be drawn raises :class:`PlotError`. A kind that fails otherwise (a bug) does
+    not stop the others: its one-line note goes to ``failed`` when given, else to the
+    skipped ones.
     """
     from accel.dse import read_results
+    from accel.dse.results import RESULTS_CSV
 
     results_dir = Path(results_dir)
     out = Path(out) if out is not None else results_dir / "plots"
@@ -516,20 +583,28 @@ def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None =
     if unknown:
         raise PlotError(f"unknown plot kind(s) {', '.join(unknown)}; expected some of "
                         f"{', '.join(KINDS)}")
+    run = not (results_dir / RESULTS_CSV).exists() and (results_dir / RUN_REPORT).exists()
     rows: list[dict[str, Any]] | None = None
-    if any(k != "timeline" for k in kinds) or trace is None:
+    if run:
+        rows = run_rows(results_dir)
+        source = str(results_dir / RUN_REPORT)
+    elif any(k != "timeline" for k in kinds) or trace is None:
         rows = read_results(results_dir)
-    source = str(results_dir / "results.csv")
+        source = str(results_dir / RESULTS_CSV)
     written: list[Path] = []
     skipped: list[str] = []
     for kind in kinds:
         try:
+            if run and kind in ("roofline", "pareto"):
+                raise PlotError(f"the {kind} plot needs a sweep's results ({RESULTS_CSV}); "
+                                f"{results_dir} holds one accel run")
             if kind == "timeline":
-                path = trace or _first_trace(results_dir, rows or [])
-                written += plot_timeline(path, out, max_cycles)
+                path, title = _timeline_source(results_dir, rows or [], trace, run)
+                written += plot_timeline(path, out, max_cycles, first_cycle, title)
             elif kind == "pareto":
                 written += plot_pareto(rows or [], out, area, source)
             else:
+                # looked up when called, so that each kind is the module's current function
                 draw = {"utilization": plot_utilization, "stalls": plot_stalls,
                         "roofline": plot_roofline}[kind]
                 written += draw(rows or [], out, source)
@@ -537,19 +612,92 @@ def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None =
             if len(kinds) == 1:
                 raise
             skipped.append(f"{kind}: {exc}")
+        except Exception as exc:
+            note = f"the {kind} plot failed: {type(exc).__name__}: {' '.join(str(exc).split())}"
+            (failed if failed is not None else skipped).append(note)
     return written, skipped
 
 
-def _first_trace(results_dir: Path, rows: Sequence[dict[str, Any]]) -> Path:
-    """The trace of the ok row with the most cycles (the most interesting timeline)."""
+RUN_REPORT = "report.json"
+RUN_TRACE = "trace.json"
+
+
+def run_rows(folder: Path) -> list[dict[str, Any]]:
+    """The accelerator layers of an ``accel run --out`` folder's ``report.json`` as rows of
+    the sweep's schema (one point per layer; the model as the sweep's name), so the sweep's
+    utilisation and stalls plots draw them.
+
+    Raises
+    ------
+    PlotError
+        ``report.json`` is missing or is not an accel run report.
+    """
+    from accel.dse.results import stall_columns
+
+    path = Path(folder) / RUN_REPORT
+    try:
+        data = json.loads(path.read_text())
+        rows = []
+        for k, layer in enumerate(data["layers"]):
+            if layer["target"] != "accel" or layer.get("cycles") is None:
+                continue
+            kib = layer.get("dram_kib")
+            row = {"point_id": layer["name"], "point_index": k, "sweep": data["model"],
+                   "config_name": data["config"], "core": None, "workload": "",
+                   "layer": layer["name"], "backend": data["backend"], "status": "ok",
+                   "error": "", "clock_mhz": data["clock_mhz"], "cycles": layer["cycles"],
+                   "milliseconds": layer["sim_ms"], "macs": layer["macs"],
+                   "gemm_utilization": layer["gemm_utilization"],
+                   "dram_bytes": None if kib is None else round(kib * 1024)}
+            if layer.get("busy"):
+                row.update(stall_columns(layer["busy"], layer["stalls"]))
+            rows.append(row)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PlotError(f"{path}: not a report written by accel run ({exc})") from None
+    return rows
+
+
+def _timeline_source(results_dir: Path, rows: Sequence[dict[str, Any]], trace: Path | None,
+                     run: bool) -> tuple[Path, str | None]:
+    """The trace the timeline draws, and what ran in it in words (None: the file's name)."""
+    if run:
+        path = trace or results_dir / RUN_TRACE
+        if not path.exists():
+            raise PlotError(f"{path}: no trace (accel run writes one with --out on the sim "
+                            "and rtl backends)")
+        return path, f"{rows[0]['sweep']} on {rows[0]['config_name']}" if rows else None
+    if trace is not None:
+        row = next((r for r in rows if r.get("point_id") == trace.stem), None)
+        return trace, _point_title(rows, row) if row is not None else None
+    path, row = _first_trace(results_dir, rows)
+    return path, _point_title(rows, row) if row is not None else None
+
+
+def _point_title(rows: Sequence[dict[str, Any]], row: dict[str, Any]) -> str:
+    """What a sweep point ran, and on which config: ``resnet18 (whole model) on <config>``,
+    ``C2 on 1x8x8 wgt=64K``."""
+    config = str(row.get("config_name") or "")
+    label = _labels(r for r in rows if r.get("config_name") == config).get(config, config)
+    core = str(row.get("core") or "")
+    if label != config and core and not label.startswith(core):
+        label = f"{core} {label}"  # the sweep's axis values alone do not say which core
+    layers = [r for r in rows if r.get("point_id") == row.get("point_id")]
+    what = f"{row.get('workload')} (whole model)" if len(layers) > 1 else _layer_key(row)
+    return f"{what} on {label}"
+
+
+def _first_trace(results_dir: Path, rows: Sequence[dict[str, Any]]
+                 ) -> tuple[Path, dict[str, Any] | None]:
+    """The trace of the ok row with the most cycles (the most interesting timeline), and
+    that row."""
     folder = results_dir / "traces"
     candidates = sorted(_ok(rows), key=lambda r: -(r.get("cycles") or 0))
     for r in candidates:
         path = folder / f"{r['point_id']}.json"
         if path.exists():
-            return path
+            return path, r
     found = sorted(folder.glob("*.json")) if folder.is_dir() else []
     if found:
-        return found[0]
+        return found[0], None
     raise PlotError(f"{folder}: no traces (run the sweep with 'traces: true' in the spec, "
                     "or pass --trace FILE)")

@@ -72,11 +72,11 @@ def cycles_and_plan() -> None:
         plan = report.memory_plan
         d = cfg.dram
         print(f"resnet18 on {cfg.name}: {report.accel_cycles} accelerator cycles "
-              f"({report.accel_ms:.1f} ms at {cfg.clock_mhz:g} MHz; "
+              f"({report.accel_sim_ms:.1f} ms at {cfg.clock_mhz:g} MHz; "
               f"DRAM {d.bytes_per_cycle} B/cycle, "
               f"latency {d.latency} cycles, bursts of {d.max_burst} B); MACs offloaded "
               f"{100 * report.offloaded_mac_share:.2f}%; DRAM plan peak "
-              f"{plan['peak_bytes'] / 1024:.0f} KB vs naive {plan['naive_bytes'] / 1024:.0f} KB")
+              f"{plan['peak_bytes'] / 1024:.0f} KiB vs naive {plan['naive_bytes'] / 1024:.0f} KiB")
 
 
 def onnx_agreement(samples: int = 32) -> None:

@@ -31,7 +31,8 @@ def add_parsers(subparsers: Any) -> None:
     p = subparsers.add_parser("verilog", help="write the accelerator's Verilog (Amaranth)")
     p.add_argument("--config", default=None,
                    help="shipped config name or YAML path (default: the packaged default)")
-    p.add_argument("-o", "--output", required=True, help="Verilog file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="the Verilog file to write")
     p.add_argument("--target", default=None, choices=sorted(TARGETS),
                    help="FPGA family whose primitives to instantiate where the RTL has them "
                         "(ecp5: the multipliers, the last LUTs after block RAMs and multipliers; "
@@ -61,6 +62,8 @@ def add_parsers(subparsers: Any) -> None:
                    help="with --pnr, list the N registers with the latest inputs (default 10, "
                         "at most 100)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress line on stderr while the tools run")
     p.add_argument("--no-cache", action="store_true", help="ignore cached results")
     p.add_argument("--workdir", default=None, help="keep the tools' files in this folder")
     p.set_defaults(func=cmd_synth)
@@ -115,7 +118,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     try:
-        if not args.json:
+        if not (args.json or args.quiet):
             what = "synthesising" + (" and placing" if args.pnr else "")
             print(f"{what} {cfg.name} for {args.target} (minutes)...", file=sys.stderr)
         report = synthesize(cfg, args.target, pnr=args.pnr, use_cache=not args.no_cache,

@@ -17,11 +17,13 @@ from typing import Any
 from accel.machine.config import HwConfig, load_config
 from accel.machine.dram import Dram
 from accel.machine.program import Program, ProgramError
+from runtime.workers import PoolHandle, sigint_deferred, stop_pool, worker_init
 
 __all__ = [
     "BackendCaps",
     "RunResult",
     "available_backends",
+    "cancel_prefetch",
     "fallback_kernels",
     "find_backend",
     "prefetch_timing",
@@ -170,6 +172,8 @@ register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Ama
 
 
 _PENDING: dict[tuple[HwConfig, tuple[Any, ...], bool], Any] = {}
+_PREFETCH_POOLS: list[PoolHandle] = []
+"""The prefetch pool of the run going on, and its worker process."""
 
 
 def _timing_only(program: Program, cfg: HwConfig, trace: bool) -> Any:
@@ -186,6 +190,7 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
     the later ones. ``run_program(..., backend="sim")`` then picks the result up and only runs
     the functional simulator. Does nothing where processes cannot be forked, or in a daemonic
     process (a worker of a process pool or of Dask), which may not have children.
+    :func:`cancel_prefetch` stops the worker.
     """
     import concurrent.futures
     import multiprocessing
@@ -203,10 +208,24 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
             todo.setdefault(key, program)
     if len(todo) < 2:
         return
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)
-    for key, program in todo.items():
-        _PENDING[key] = pool.submit(_timing_only, program, cfg, trace)
-    pool.shutdown(wait=False)
+    with sigint_deferred():  # the worker is forked at the first submit: record it first
+        pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                                      initializer=worker_init)
+        for key, program in todo.items():
+            _PENDING[key] = pool.submit(_timing_only, program, cfg, trace)
+        # Pools of earlier runs have delivered every timing; this one's worker is stopped by
+        # cancel_prefetch when its run ends early.
+        _PREFETCH_POOLS[:] = [PoolHandle.of(pool)]
+        pool.shutdown(wait=False)
+
+
+def cancel_prefetch() -> None:
+    """Drop the timings :func:`prefetch_timing` has not delivered and stop its worker now (a
+    run that ended early, by an error or Ctrl-C: otherwise the interpreter's exit waits for
+    the worker to simulate every layer left)."""
+    _PENDING.clear()
+    while _PREFETCH_POOLS:
+        stop_pool(_PREFETCH_POOLS.pop())
 
 
 # ---------------------------------------------------------------------- running a program

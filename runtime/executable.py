@@ -29,17 +29,33 @@ from compiler.graph.reference import run_node, to_logical, to_physical
 from compiler.ops.accel_op import AccelOp, Block, Operand, roofline_efficiency
 from compiler.ops.compiled import CompiledOp
 from compiler.ops.registry import accel_op
-from runtime.backends import fallback_kernels, find_backend, prefetch_timing, run_program
+from runtime.backends import (
+    cancel_prefetch,
+    fallback_kernels,
+    find_backend,
+    prefetch_timing,
+    run_program,
+)
 from runtime.fallback import fallback_kernel
 
-__all__ = ["Executable", "LayerReport", "RunReport"]
+__all__ = ["LAYER_CSV_COLUMNS", "Executable", "LayerReport", "RunReport"]
 
 Progress = Callable[[int, int, str], None]
 
 
 @dataclass
 class LayerReport:
-    """One node's execution."""
+    """One node's execution (every field is defined, with its unit, in docs/reference.md).
+
+    Two times, never mixed: ``sim_ms`` is the simulated time of an accelerator layer at the
+    config's clock (``cycles`` / clock; None on ``fsim`` and for fallback layers), ``host_ms``
+    the wall time this process spent on the node (simulation or fallback kernel included).
+    ``gemm_utilization`` is None where there are no MACs (an ALU-only layer such as a
+    residual add) or no cycles. ``dram_kib`` is the DRAM traffic in KiB (1024 bytes);
+    ``dram_bytes_per_cycle`` all the channel's bytes (instruction fetch included) per cycle and
+    ``dram_bandwidth_share`` that against the peak. ``stalls`` and ``busy`` are cycles per
+    module (timing simulator only).
+    """
 
     name: str
     op: str
@@ -48,19 +64,27 @@ class LayerReport:
     output_shape: list[int]
     macs: int
     cycles: int | None = None
-    milliseconds: float | None = None
+    sim_ms: float | None = None
+    host_ms: float = 0.0
     gemm_utilization: float | None = None
     bound_cycles: float | None = None
     """Roofline bound (ROOFLINE.md) of an accelerator layer, in cycles."""
     roofline_efficiency: float | None = None
     """``bound_cycles / cycles`` (None without cycles)."""
-    dram_kb: float | None = None
+    dram_kib: float | None = None
     dram_bytes_per_cycle: float | None = None
     dram_bandwidth_share: float | None = None
     largest_stall: str | None = None
     stalls: dict[str, dict[str, int]] = field(default_factory=dict)
-    wall_ms: float = 0.0
+    busy: dict[str, int] = field(default_factory=dict)
     check: bool | None = None
+
+
+LAYER_CSV_COLUMNS = ("name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
+                     "sim_ms", "host_ms", "gemm_utilization", "bound_cycles",
+                     "roofline_efficiency", "dram_kib", "dram_bytes_per_cycle",
+                     "dram_bandwidth_share", "largest_stall", "check")
+"""The columns of ``layers.csv``: every :class:`LayerReport` field but the per-module dicts."""
 
 
 @dataclass
@@ -76,15 +100,17 @@ class RunReport:
     check: bool | None = None
     memory_plan: dict[str, Any] = field(default_factory=dict)
     traces: list[tuple[str, int, Any]] = field(default_factory=list, repr=False)
-    run_wall_ms: float = 0.0
-    """Wall time of the whole run (every layer, simulation and fallback, and the checks)."""
+    run_host_ms: float = 0.0
+    """Host wall time of the whole run (every layer, simulation and fallback, and the
+    checks)."""
 
     @property
     def accel_cycles(self) -> int:
         return sum(layer.cycles or 0 for layer in self.layers if layer.target == "accel")
 
     @property
-    def accel_ms(self) -> float:
+    def accel_sim_ms(self) -> float:
+        """Simulated time of the accelerator layers at the config's clock."""
         return self.accel_cycles / (self.clock_mhz * 1000.0)
 
     @property
@@ -99,8 +125,14 @@ class RunReport:
         return roofline_efficiency(self.bound_cycles, self.accel_cycles)
 
     @property
-    def fallback_wall_ms(self) -> float:
-        return sum(layer.wall_ms for layer in self.layers if layer.target != "accel")
+    def fallback_host_ms(self) -> float:
+        """Host wall time of the fallback layers."""
+        return sum(layer.host_ms for layer in self.layers if layer.target != "accel")
+
+    @property
+    def host_ms(self) -> float:
+        """Host wall time of every layer (simulation included)."""
+        return sum(layer.host_ms for layer in self.layers)
 
     @property
     def offloaded_mac_share(self) -> float:
@@ -111,14 +143,15 @@ class RunReport:
     def totals(self) -> dict[str, Any]:
         return {
             "accel_cycles": self.accel_cycles if self.backend != "fsim" else None,
-            "accel_ms": self.accel_ms if self.backend != "fsim" else None,
+            "accel_sim_ms": self.accel_sim_ms if self.backend != "fsim" else None,
             "bound_cycles": self.bound_cycles,
             "roofline_efficiency": (self.roofline_efficiency if self.backend != "fsim"
                                     else None),
-            "fallback_wall_ms": self.fallback_wall_ms,
-            "run_wall_ms": self.run_wall_ms,
-            "fallback_wall_share": (self.fallback_wall_ms / self.run_wall_ms
-                                    if self.run_wall_ms else None),
+            "fallback_host_ms": self.fallback_host_ms,
+            "host_ms": self.host_ms,
+            "run_host_ms": self.run_host_ms,
+            "fallback_host_share": (self.fallback_host_ms / self.run_host_ms
+                                    if self.run_host_ms else None),
             "offloaded_mac_share": self.offloaded_mac_share,
             "layers": len(self.layers),
             "accel_layers": sum(layer.target == "accel" for layer in self.layers),
@@ -139,10 +172,7 @@ class RunReport:
         import csv
         import io
 
-        cols = ["name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
-                "milliseconds", "gemm_utilization", "bound_cycles", "roofline_efficiency",
-                "dram_kb", "dram_bytes_per_cycle", "dram_bandwidth_share", "largest_stall",
-                "wall_ms", "check"]
+        cols = LAYER_CSV_COLUMNS
         buf = io.StringIO()
         writer = csv.writer(buf)
         writer.writerow(cols)
@@ -181,9 +211,9 @@ class RunReport:
                 offset_us += (layer.cycles or 0) * us_per_cycle
             else:
                 events.append({"ph": "X", "pid": 1, "tid": cpu_tid, "name": name,
-                               "ts": offset_us, "dur": layer.wall_ms * 1000.0,
-                               "args": {"op": layer.op, "wall_ms": layer.wall_ms}})
-                offset_us += layer.wall_ms * 1000.0
+                               "ts": offset_us, "dur": layer.host_ms * 1000.0,
+                               "args": {"op": layer.op, "host_ms": layer.host_ms}})
+                offset_us += layer.host_ms * 1000.0
         events.append({"ph": "M", "pid": 1, "tid": 9, "name": "thread_name",
                        "args": {"name": "layers"}})
         _atomic_write(Path(path), json.dumps({"traceEvents": events,
@@ -214,12 +244,13 @@ class RunReport:
             bottom += share
         ax2.set_ylabel("compute stall share of cycles")
         ax2.set_ylim(0, 1)
-        ax2.legend(fontsize="small", loc="upper right")
+        # Outside the axes: inside, it covered the last layers' bars.
+        ax2.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                   title="compute stalls")
         ax2.set_xticks(x, names, rotation=70, fontsize="small")
         ax2.set_xlabel("layer")
-        fig.tight_layout()
         tmp = Path(str(path) + ".tmp.png")
-        fig.savefig(tmp, dpi=110)
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
         plt.close(fig)
         tmp.replace(path)
 
@@ -247,6 +278,10 @@ class Executable:
         without explicit knobs use the fastest knobs it holds for their workload on ``cfg``,
         else the heuristic's.
 
+    progress
+        Called as ``progress(k, n, name)`` before compiling each of the ``n`` accelerator
+        nodes, and with ``k == n`` at the end (a progress display).
+
     Raises
     ------
     GraphError
@@ -254,7 +289,7 @@ class Executable:
     """
 
     def __init__(self, graph: Graph, cfg: HwConfig, knobs: dict[str, Any] | None = None,
-                 tuning_log: Any = None) -> None:
+                 tuning_log: Any = None, progress: Progress | None = None) -> None:
         graph.verify()
         self.graph = graph
         self.cfg = cfg
@@ -269,9 +304,10 @@ class Executable:
             from compiler.tune.log import as_log
 
             tuning_log = as_log(tuning_log)  # read once for every node
-        for node in graph.nodes:
-            if node.attrs.get("target") != "accel":
-                continue
+        accel_nodes = [node for node in graph.nodes if node.attrs.get("target") == "accel"]
+        for k, node in enumerate(accel_nodes):
+            if progress is not None:
+                progress(k, len(accel_nodes), node.name)
             entry = accel_op(node.op)
             if entry is None:
                 raise GraphError(f"{graph.name}: node {node.name}: {node.op} cannot run on the "
@@ -281,6 +317,8 @@ class Executable:
             self.workloads[node.name] = wl
             self.compiled[node.name] = entry.compile(wl, cfg, knobs.get(node.name), tuning_log)
             self.packed[node.name] = entry.constants(wl, node, graph, cfg)
+        if progress is not None:
+            progress(len(accel_nodes), len(accel_nodes), "done")
 
     # ------------------------------------------------------------------ running
     def run(
@@ -336,8 +374,22 @@ class Executable:
                 raise ValueError(f"{g.name}: input {name!r} must be {want.dtype} of shape "
                                  f"{want.shape}, got {value.dtype} of shape {value.shape}")
             env[name] = value
-        if device.caps.name == "sim":
-            prefetch_timing([op.program for op in self.compiled.values()], self.cfg, trace)
+        try:
+            if device.caps.name == "sim":
+                prefetch_timing([op.program for op in self.compiled.values()], self.cfg, trace)
+            return self._run_nodes(env, (backend, fallback), device, kernels, reference, check,
+                                   trace, progress, layer_options, started)
+        except BaseException:
+            cancel_prefetch()  # an error or Ctrl-C: the timings of later layers are not needed
+            raise
+
+    def _run_nodes(self, env: dict[str, np.ndarray], names: tuple[str, str], device: Any,
+                   kernels: Any, reference: Any, check: bool, trace: bool,
+                   progress: Progress | None, layer_options: Mapping[str, Mapping[str, Any]],
+                   started: float) -> tuple[dict[str, np.ndarray], RunReport]:
+        """Run every node in order (:meth:`run`'s body); ``names``: backend and fallback."""
+        backend, fallback = names
+        g = self.graph
         report = RunReport(g.name, self.cfg.name, backend, fallback, self.cfg.clock_mhz, [],
                            memory_plan=dict(g.attrs.get("memory_plan", {})))
         checks: list[bool] = []
@@ -355,7 +407,7 @@ class Executable:
             progress(len(g.nodes), len(g.nodes), "done")
         report.check = all(checks) if check else None
         outputs = {name: self._logical(name, env[name]) for name in g.outputs}
-        report.run_wall_ms = (time.perf_counter() - started) * 1000.0
+        report.run_host_ms = (time.perf_counter() - started) * 1000.0
         return outputs, report
 
     def reference(self, inputs: np.ndarray | dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -386,6 +438,17 @@ class Executable:
         layer = LayerReport(node.name, node.op, node.attrs.get("target", "cpu"),
                             [list(g.values[v].shape) for v in node.inputs],
                             list(out_t.shape), node_macs(node, g))
+        start = time.perf_counter()
+        layer, stats = self._run_layer(node, env, device, kernels, trace, options, layer)
+        layer.host_ms = (time.perf_counter() - start) * 1000.0
+        return layer, stats
+
+    def _run_layer(self, node: Node, env: dict[str, np.ndarray], device: Any, kernels: Any,
+                   trace: bool, options: Mapping[str, Any], layer: LayerReport
+                   ) -> tuple[LayerReport, Any]:
+        """Run one node on the device or the fallback; fill ``layer``'s device figures."""
+        g = self.graph
+        out_t = g.values[node.outputs[0]]
         if layer.target == "accel":
             op = self.compiled[node.name]
             entry = self.entries[node.name]
@@ -408,9 +471,10 @@ class Executable:
             layer.bound_cycles = entry.bound(self.workloads[node.name], self.cfg)
             if device.caps.timed:
                 layer.cycles = result.cycles
-                layer.milliseconds = result.cycles / (self.cfg.clock_mhz * 1000.0)
-                layer.gemm_utilization = layer.macs / (result.cycles *
-                                                       self.cfg.peak_macs_per_cycle)
+                layer.sim_ms = result.cycles / (self.cfg.clock_mhz * 1000.0)
+                if layer.macs:  # an ALU-only layer has no GEMM to utilise
+                    layer.gemm_utilization = layer.macs / (result.cycles *
+                                                           self.cfg.peak_macs_per_cycle)
                 layer.roofline_efficiency = roofline_efficiency(layer.bound_cycles,
                                                                 result.cycles)
             if not device.caps.module_stats:
@@ -418,22 +482,21 @@ class Executable:
                 moved = d.get("dram_bytes_read", 0) + d.get("dram_bytes_written", 0) \
                     if "dram_bytes_read" in d else sum(stats.bytes_loaded.values()) \
                     + stats.bytes_stored
-                layer.dram_kb = moved / 1024.0
+                layer.dram_kib = moved / 1024.0
                 return layer, None
             if device.caps.timed:
                 moved = sum(stats.dram_loaded.values()) + stats.dram_stored
-                layer.dram_kb = moved / 1024.0
+                layer.dram_kib = moved / 1024.0
                 # All of the channel's bytes (instruction fetch included) against its peak.
                 layer.dram_bytes_per_cycle = stats.dram_bytes_per_cycle
                 layer.dram_bandwidth_share = stats.dram_bandwidth_share
                 layer.stalls = {m: dict(s.stalls) for m, s in stats.modules.items()}
+                layer.busy = {m: int(s.busy) for m, s in stats.modules.items()}
                 compute = stats.modules["compute"]
                 layer.largest_stall = compute.largest_stall()
                 return layer, stats
             return layer, None
-        start = time.perf_counter()
         env[node.outputs[0]] = self._fallback(node, env, kernels)
-        layer.wall_ms = (time.perf_counter() - start) * 1000.0
         return layer, None
 
     def _blocked_type(self, t: TensorType, block: int, image: bool) -> TensorType:

@@ -17,9 +17,8 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import os
-import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from accel.machine.config import HwConfig
@@ -29,6 +28,7 @@ from compiler.ops.registry import accel_op_for
 from compiler.tune.log import TuningLog, as_log
 from compiler.tune.task import Task
 from compiler.tune.tuners import MeasureResult
+from runtime.workers import PoolHandle, sigint_deferred, stop_pool, worker_init
 from sim.timing import TimingSimulator
 
 __all__ = ["SimMeasure", "build_program", "default_workers", "measure_knobs"]
@@ -71,10 +71,10 @@ def measure_knobs(workload: Any, cfg: HwConfig, knobs: Any) -> MeasureResult:
 
 def _init_worker() -> None:
     # One spinning OpenMP thread per process is plenty on a shared 2-core machine, and a
-    # Ctrl-C is the parent's to handle (it shuts the pool down).
+    # Ctrl-C is the parent's to handle (it stops the pool: runtime.workers).
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_init()
 
 
 def _key(task: Task, knobs: Any) -> CacheKey:
@@ -121,7 +121,12 @@ class SimMeasure:
         """Settings that failed to build."""
         self.busy_seconds = 0.0
         """Wall time the builds and simulations took, summed over workers."""
+        self.progress: Callable[[int, int], None] | None = None
+        """Called as ``progress(done, n)`` when a batch of ``n`` settings to build and
+        simulate starts (``done == 0``) and as each one finishes (a progress display: one
+        measurement can take seconds)."""
         self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._handle: PoolHandle | None = None
 
     # ------------------------------------------------------------------ pool
     def _executor(self) -> concurrent.futures.ProcessPoolExecutor:
@@ -132,21 +137,58 @@ class SimMeasure:
                 context = multiprocessing.get_context()
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=context, initializer=_init_worker)
+            self._handle = None
         return self._pool
 
     def close(self) -> None:
         """Stop the worker processes (a later call starts new ones)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+            self._pool = self._handle = None
+
+    def terminate(self) -> None:
+        """Stop the worker processes now, without waiting for the settings they measure."""
+        if self._pool is not None:
+            stop_pool(self._handle or self._pool)
+            self._pool = self._handle = None
 
     def __enter__(self) -> SimMeasure:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        if exc[0] is None:
+            self.close()
+        else:
+            self.terminate()
 
     # ------------------------------------------------------------------ measuring
+    def _measure(self, jobs: list[tuple[Any, HwConfig, Any]]) -> list[MeasureResult]:
+        """:func:`measure_knobs` of every job, in order, reporting each as it finishes."""
+        if self.progress is not None and jobs:
+            self.progress(0, len(jobs))
+        if self.workers == 1 or len(jobs) <= 1:
+            out = []
+            for job in jobs:
+                out.append(measure_knobs(*job))
+                if self.progress is not None:
+                    self.progress(len(out), len(jobs))
+            return out
+        results: list[MeasureResult | None] = [None] * len(jobs)
+        try:
+            with sigint_deferred():  # the first submit forks the workers: record them first
+                pool = self._executor()
+                futures = {pool.submit(measure_knobs, *job): i for i, job in enumerate(jobs)}
+                if self._handle is None:
+                    self._handle = PoolHandle.of(pool)
+            for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
+                results[futures[fut]] = fut.result()
+                if self.progress is not None:
+                    self.progress(done, len(jobs))
+        except BaseException:
+            self.terminate()  # Ctrl-C or a failure: the measurements under way are lost anyway
+            raise
+        return [r for r in results if r is not None]
+
     def __call__(self, task: Task, knobs_list: Sequence[Any]) -> list[MeasureResult]:
         """One :class:`~compiler.tune.tuners.MeasureResult` per setting, in order."""
         results: list[MeasureResult | None] = [None] * len(knobs_list)
@@ -160,15 +202,7 @@ class SimMeasure:
                 todo.setdefault(key, []).append(i)
         firsts = [idxs[0] for idxs in todo.values()]
         jobs = [(task.workload, task.config, knobs_list[i]) for i in firsts]
-        if self.workers == 1 or len(jobs) <= 1:
-            measured = [measure_knobs(*job) for job in jobs]
-        else:
-            pool = self._executor()
-            try:
-                measured = list(pool.map(measure_knobs, *zip(*jobs, strict=True)))
-            except BaseException:
-                self.close()
-                raise
+        measured = self._measure(jobs)
         for (key, idxs), r in zip(todo.items(), measured, strict=True):
             self.busy_seconds += r.seconds
             if r.cycles is None:

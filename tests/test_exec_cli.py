@@ -37,7 +37,7 @@ def test_exec_on_amaranth_rtl_with_check_and_vcd(program_file: Path, tmp_path: P
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     vcd = tmp_path / "w.vcd"
     assert main(["exec", str(program_file), "--backend", "rtl", "--engine", "amaranth",
-                 "--check", "--vcd", str(vcd), "--vcd-cycles", "40:60"]) == 0
+                 "--check", "--vcd", str(vcd), "--vcd-window", "40:60"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "instructions on rtl (amaranth)" in out[0]
     assert out[-2] == "check: DRAM identical to fsim's; cycles equal to sim's (94)"
@@ -105,9 +105,9 @@ def test_exec_bad_input_is_one_line(program_file: Path, tmp_path: Path,
     cases = [
         (["--vcd", str(tmp_path / "w.vcd")],
          "--vcd needs --backend rtl (the sim backend has no waveforms)"),
-        (["--vcd-cycles", "0:5"], "--vcd-cycles needs --vcd FILE"),
-        (["--engine", "amaranth"], "--engine and --max-cycles need --backend rtl"),
-        (["--backend", "rtl", "--max-cycles", "0"], "--max-cycles must be at least 1, not 0"),
+        (["--vcd-window", "0:5"], "--vcd-window needs --vcd FILE"),
+        (["--engine", "amaranth"], "--engine and --cycle-limit need --backend rtl"),
+        (["--backend", "rtl", "--cycle-limit", "0"], "--cycle-limit must be at least 1, not 0"),
         (["--dram-in", str(short)], f"{short}: the DRAM image has 10 bytes; the program's "
                                     "regions reach byte "),
         (["--dram-in", str(tmp_path / "none.bin")],
@@ -119,7 +119,7 @@ def test_exec_bad_input_is_one_line(program_file: Path, tmp_path: Path,
         (["--backend", "rtl", "--trace", str(tmp_path / "t.json")],
          "--trace needs --backend sim (the rtl backend records no trace)"),
         (["--config", "default"], f"{program_file}: "),
-        (["--backend", "rtl", "--engine", "amaranth", "--max-cycles", "20", "--dram-out",
+        (["--backend", "rtl", "--engine", "amaranth", "--cycle-limit", "20", "--dram-out",
           str(kept)], "the RTL did not finish within 20 cycles (deadlock?)"),
     ]
     for extra, message in cases:
@@ -138,7 +138,7 @@ def test_run_vcd_arguments_fail_before_compiling(tmp_path: Path,
         (["--vcd", str(tmp_path / "w.vcd")],
          "--vcd needs --backend rtl (the sim backend has no waveforms)"),
         (["--backend", "rtl", "--vcd-layer", "conv1"], "--vcd-layer needs --vcd FILE"),
-        (["--backend", "rtl", "--vcd", str(tmp_path / "w.vcd"), "--vcd-cycles", "9:3"],
+        (["--backend", "rtl", "--vcd", str(tmp_path / "w.vcd"), "--vcd-window", "9:3"],
          "VCD window: cycles 9:3 are empty (the last cycle is excluded)"),
     ]
     for extra, message in cases:
@@ -151,7 +151,7 @@ def test_run_vcd_arguments_fail_before_compiling(tmp_path: Path,
 def test_run_dumps_one_layer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     vcd = tmp_path / "layer.vcd"
     assert main(["run", "resnet18", "--config", "tiny", "--image-size", "32", "--backend", "rtl",
-                 "--vcd", str(vcd), "--vcd-layer", "layer1.0.conv1", "--vcd-cycles",
+                 "--vcd", str(vcd), "--vcd-layer", "layer1.0.conv1", "--vcd-window",
                  "1000:1200"]) == 0
     out = capsys.readouterr().out
     assert re.search(re.escape(f"vcd: {vcd}: layer layer1.0.conv1, cycles 1000-1199 of ")
@@ -174,7 +174,7 @@ def test_a_failed_rtl_run_is_one_line(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(hw.backend, "run_rtl", failing_build)
     assert main(["run", "resnet18", "--config", "tiny", "--image-size", "32", "--backend",
-                 "rtl"]) == 2
+                 "rtl", "--quiet"]) == 2  # quiet: no progress lines before the error
     assert capsys.readouterr().err == (
         "accel: error: verilator build failed (ACCEL_DEBUG=1 shows the 2 lines of log that "
         "follow)\n")

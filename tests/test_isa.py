@@ -460,7 +460,12 @@ def test_assembly_errors_name_the_line() -> None:
     }
     for text, message in cases.items():
         with pytest.raises(AsmError, match="^" + re.escape(message) + "$"):
-            assemble(text)
+            assemble(text, config=None if ".config" in text else load_config())
+    with pytest.raises(AsmError, match=r"^<asm>:2: no \.config directive before the first "
+                                       r"instruction; add one"):
+        assemble(".text\nFINISH\n")
+    with pytest.raises(AsmError, match=r"^<asm>: no \.config directive; add one"):
+        assemble(".uops\n0: 0 0 0\n")
 
 
 def test_cli_asm_disasm_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -476,11 +481,11 @@ def test_cli_asm_disasm_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["asm", str(source), "-o", str(rebuilt)]) == 0
     assert rebuilt.read_bytes() == original.read_bytes()
     # Bad input: one line on stderr, exit 2, and nothing written.
-    (tmp_path / "bad.s").write_text(".text\nGEMM nope=1\n")
+    (tmp_path / "bad.s").write_text(".config default\n.text\nGEMM nope=1\n")
     out = tmp_path / "c.bin"
     assert main(["asm", str(tmp_path / "bad.s"), "-o", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == f"accel: error: {tmp_path / 'bad.s'}:2: GEMM has no field 'nope'\n"
+    assert err == f"accel: error: {tmp_path / 'bad.s'}:3: GEMM has no field 'nope'\n"
     assert not out.exists()
     (tmp_path / "junk.bin").write_bytes(b"hello")
     assert main(["disasm", str(tmp_path / "junk.bin")]) == 2

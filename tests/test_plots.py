@@ -115,6 +115,31 @@ def test_timeline_renders(measured: Any, tmp_path: Path) -> None:
     _check_image(plot_timeline(trace, tmp_path / "w", max_cycles=500), "timeline")
 
 
+def test_timeline_window_must_hold_cycles(measured: Any, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A window of 0 or fewer cycles, or one past the end of the run, used to draw an empty
+    chart."""
+    from accel.cli import main
+
+    _, folder = measured
+    trace = sorted((folder / "traces").glob("*.json"))[0]
+    for n in (0, -5):
+        with pytest.raises(PlotError, match=f"^max_cycles must be at least 1, not {n}$"):
+            plot_timeline(trace, tmp_path, max_cycles=n)
+        assert main(["plot", str(folder), "--kind", "timeline", "--trace", str(trace),
+                     "--max-cycles", str(n), "--out", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.splitlines()[-1] == f"accel: error: --max-cycles must be at least 1, not {n}"
+    assert main(["plot", str(folder), "--kind", "timeline", "--trace", str(trace), "--window",
+                 "500:500", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("accel: error: --window '500:500': the window is empty "
+                                       "(LAST must be greater than FIRST)\n")
+    with pytest.raises(PlotError, match=r"no activity from cycle 10000000 on: the trace ends "
+                                        r"at cycle \d+$"):
+        plot_timeline(trace, tmp_path, first_cycle=10_000_000)
+    assert not list(tmp_path.iterdir()), "a failed plot wrote files"
+
+
 def test_timeline_rejects_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
     bad = tmp_path / "t.json"
     bad.write_text("{not json")
@@ -137,6 +162,158 @@ def test_missing_metric_and_empty_results_are_one_line_errors(measured: Any,
     with pytest.raises(PlotError, match=r"d/results.csv: no successful rows to plot \(1 rows, "):
         plot_utilization([rows[-1]], tmp_path, source="d/results.csv")
     assert not list(tmp_path.iterdir()), "a failed plot wrote files"
+
+
+def test_roofline_leaves_out_rows_without_macs(measured: Any, tmp_path: Path) -> None:
+    """A whole model's residual adds have DRAM traffic but no MACs: 0 ops per byte has no
+    place on a log axis ("Geometric sequence cannot include zero")."""
+    rows, _ = measured
+    adds = [{**r, "layer": f"{r['layer']}.add", "point_id": f"{r['point_id']}a", "macs": 0}
+            for r in rows if r["status"] == "ok"]
+    _check_image(plot_roofline(rows + adds, tmp_path), "roofline")
+    with pytest.raises(PlotError, match=r"^x: the roofline plot needs rows with MACs, DRAM "
+                                        r"traffic and cycles$"):
+        plot_roofline(adds, tmp_path / "none", source="x")
+
+
+@pytest.fixture(scope="module")
+def model_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep folder of one whole-model point (ResNet-18 at 16 px, every layer a row), with
+    its trace."""
+    from accel.dse import load_spec, run_sweep
+
+    folder = tmp_path_factory.mktemp("model")
+    spec = folder / "m.yaml"
+    spec.write_text("name: m\nbase: default\nworkloads:\n  - model: resnet18\n"
+                    "    image_size: 16\nmetrics: [cycles, gemm_utilization, dram_bytes, "
+                    "stalls]\ntraces: true\n")
+    run_sweep(load_spec(spec), folder / "out", workers=1, quiet=True)
+    return folder / "out"
+
+
+def test_whole_model_sweep_plots_every_kind_and_a_failing_kind_fails_alone(
+        model_sweep: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import accel.plots
+    from accel.cli import main
+    from accel.dse import read_results
+
+    out = model_sweep
+    rows = read_results(out)
+    adds = [r for r in rows if r["layer"].endswith(".add")]
+    assert adds and all(r["macs"] == 0 and r["gemm_utilization"] is None for r in adds)
+    assert main(["plot", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert [Path(line.split()[-1]).name for line in captured.out.splitlines()] == [
+        f"{kind}.{ext}" for kind in ("utilization", "stalls", "roofline", "timeline")
+        for ext in ("png", "svg")]
+
+    def broken(*args: Any, **kwargs: Any) -> list[Path]:
+        raise ZeroDivisionError("float division by zero")
+
+    monkeypatch.setattr(accel.plots, "plot_stalls", broken)
+    assert main(["plot", str(out), "--kind", "stalls", "--kind", "roofline"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "".join(f"wrote {out / 'plots' / f'roofline.{ext}'}\n"
+                                   for ext in ("png", "svg"))
+    assert captured.err == ("accel: error: the stalls plot failed: ZeroDivisionError: float "
+                            "division by zero\n")
+
+
+class Figures:
+    """The figures ``accel.plots`` saves, kept open for inspection (drawn, so their tick
+    labels are set)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import accel.plots
+
+        self.figs: dict[str, Any] = {}
+        real = accel.plots._save
+
+        def keep(fig: Any, out: Path, stem: str) -> list[Path]:
+            fig.canvas.draw()
+            self.figs[stem] = fig
+            return real(fig, out, stem)
+
+        monkeypatch.setattr(accel.plots, "_save", keep)
+
+
+def test_timeline_title_names_the_config_and_workload(
+        model_sweep: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It was the trace file's name: a point hash."""
+    from accel.cli import main
+    from accel.dse import read_results
+
+    figures = Figures(monkeypatch)
+    assert main(["plot", str(model_sweep), "--kind", "timeline"]) == 0
+    config = read_results(model_sweep)[0]["config_name"]
+    title = figures.figs["timeline"].axes[0].get_title()
+    assert title == f"module activity: resnet18 (whole model) on {config}"
+
+
+def test_roofline_ticks_read_as_numbers_and_roofs_are_labelled(
+        measured: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The y ticks read "6x10^0"; the dashed roofs said nothing."""
+    rows, _ = measured
+    figures = Figures(monkeypatch)
+    plot_roofline(rows, tmp_path)
+    ax = figures.figs["roofline"].axes[0]
+    ticks = [t.get_text() for t in ax.get_yticklabels(which="both") + ax.get_xticklabels(
+        which="both") if t.get_text()]
+    assert ticks and all(re.fullmatch(r"[0-9.,]+", t) for t in ticks), ticks
+    labels = [t.get_text() for t in ax.texts]
+    roofs = {(2.0 * r["peak_macs_per_cycle"] * r["clock_mhz"] / 1000.0,
+              r["dram_bytes_per_cycle"] * r["clock_mhz"] / 1000.0)
+             for r in rows if r["status"] == "ok"}
+    for peak, bandwidth in roofs:
+        assert f"peak {peak:g} GOPS" in labels and f"{bandwidth:g} GB/s" in labels
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def test_run_folder_plots_and_its_utilization_legend_covers_no_bar(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """accel plot refused an accel run folder; it draws what report.json and trace.json
+    allow. The legend of accel run's utilization.png sat on the last bars."""
+    import matplotlib.pyplot as plt
+
+    from accel.cli import main
+
+    out = tmp_path / "run"
+    assert main(["run", "resnet18", "--image-size", "16", "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plot", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert [Path(line.split()[-1]).name for line in captured.out.splitlines()] == [
+        f"{kind}.{ext}" for kind in ("utilization", "stalls", "timeline")
+        for ext in ("png", "svg")]
+    assert all(line.startswith("skipped ") for line in captured.err.splitlines())
+    assert "the roofline plot needs a sweep's results" in captured.err
+
+    covered: list[bool] = []
+    real = plt.Figure.savefig
+
+    def check_legends(fig: Any, *args: Any, **kwargs: Any) -> None:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None:
+                box = legend.get_window_extent(renderer)
+                bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_height() > 0]
+                assert bars
+                covered.append(any(_overlap(box, bar) for bar in bars))
+        real(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", check_legends)
+    exe = accel.compile("resnet18", image_size=16)
+    _, report = exe.run(accel.sample_inputs(exe.graph)[0])
+    report.plot_utilization(tmp_path / "u.png")
+    assert covered == [False]
 
 
 def test_pareto_front_keeps_exactly_the_non_dominated_points() -> None:
@@ -222,7 +399,7 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
     from accel.cli import main
 
     path, _ = rtl_vcd
-    assert main(["waveform", str(path), "--out", str(tmp_path), "--cycles", "10:60"]) == 0
+    assert main(["waveform", str(path), "--out", str(tmp_path), "--window", "10:60"]) == 0
     paths = [tmp_path / "run_waveform.png", tmp_path / "run_waveform.svg"]
     assert capsys.readouterr().out.splitlines() == [f"wrote {p}" for p in paths]
     _check_image(paths, "run_waveform")
@@ -230,8 +407,10 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
     assert "waveform: run.vcd, cycles 10 to 60" in svg
     for extra, message in [
         (["-s", "*.top.nothing"], f"{path}: no signal matches *.top.nothing"),
-        (["--cycles", "x"], "VCD window 'x': expected FIRST:LAST in cycles"),
-        (["--out", str(tmp_path / "no")], f"{tmp_path}/no: no such folder for the waveform"),
+        (["--window", "x"], "--window 'x': expected FIRST:LAST in cycles"),
+        (["--window", "60:10"], "--window '60:10': the window is empty"),
+        (["--out", str(paths[0])], f"{paths[0]}: cannot write --out: it is a file, not a "
+                                   "folder"),
         (["-s", "*.top.*"], f"{path}: "),
     ]:
         assert main(["waveform", str(path), *extra]) == 2
@@ -239,3 +418,7 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
         assert err.startswith(f"accel: error: {message}") and err.count("\n") == 1, err
     assert re.fullmatch(r"accel: error: .*run\.vcd: \d+ signals match \*\.top\.\*; at most 64 "
                         r"fit one plot: narrow the patterns\n", err)
+    new = tmp_path / "new" / "folder"  # created, as run, sweep and plot create theirs
+    assert main(["waveform", str(path), "--out", str(new), "--cycles", "10:60"]) == 0
+    assert (new / "run_waveform.png").exists()
+    assert capsys.readouterr().err == "accel: note: --cycles is deprecated; use --window\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,10 +48,52 @@ def test_run_writes_report_files(tmp_path: Path, capsys: pytest.CaptureFixture[s
             f"{totals['roofline_efficiency']:.3f}") in text
     rows = (out_dir / "layers.csv").read_text().splitlines()
     assert len(rows) == 1 + len(report["layers"])
+    check_layer_units(out_dir, report, text)
     assert (out_dir / "utilization.png").read_bytes()[:4] == b"\x89PNG"
     trace = json.loads((out_dir / "trace.json").read_text())["traceEvents"]
     assert {e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "thread_name"} \
         >= {"fetch", "load", "compute", "store", "layers", "cpu fallback"}
+
+
+def check_layer_units(out_dir: Path, report: dict[str, Any], table: str) -> None:
+    """layers.csv: simulated time at the clock and host wall time in named columns (wall_ms
+    was 0.0 for every accelerator layer), no utilisation for layers without MACs (it read
+    0.00), DRAM in KiB by name and by value; the same values as report.json."""
+    import csv
+
+    with (out_dir / "layers.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["name", "op", "target", "input_shapes", "output_shape", "macs",
+                             "cycles", "sim_ms", "host_ms", "gemm_utilization", "bound_cycles",
+                             "roofline_efficiency", "dram_kib", "dram_bytes_per_cycle",
+                             "dram_bandwidth_share", "largest_stall", "check"]
+    layers = {layer["name"]: layer for layer in report["layers"]}
+    for row in rows:
+        layer = layers[row["name"]]
+        assert float(row["host_ms"]) > 0 and row["host_ms"] == str(layer["host_ms"])
+        if row["target"] == "accel":
+            assert float(row["sim_ms"]) == layer["sim_ms"] == pytest.approx(
+                int(row["cycles"]) / (report["clock_mhz"] * 1000.0))
+        else:
+            assert row["sim_ms"] == row["cycles"] == row["dram_kib"] == ""
+            assert layer["sim_ms"] is None
+        no_util = row["macs"] == "0" or row["target"] != "accel"
+        assert (row["gemm_utilization"] == "") == no_util
+        assert (layer["gemm_utilization"] is None) == no_util
+    assert any(r["op"] == "add" and r["target"] == "accel" for r in rows)
+    conv = next(r for r in rows if r["op"] == "conv2d" and r["target"] == "accel")
+    op = accel.compile("resnet18", "tiny", image_size=32).compiled[conv["name"]]
+    stats = accel.run_program(op.program, op.dram(), backend="sim").stats
+    assert float(conv["dram_kib"]) == (sum(stats.dram_loaded.values()) + stats.dram_stored) / 1024
+    head = table.splitlines()[0].split()
+    assert head[:6] == ["layer", "op", "shape", "(out)", "target", "cycles"]
+    assert " sim ms " in table.splitlines()[0] and " host ms " in table.splitlines()[0]
+    assert " DRAM KiB " in table.splitlines()[0]
+    add = next(line for line in table.splitlines() if line.startswith("layer1.0.add "))
+    # cycles, the roofline bound and efficiency, then the two times, then utilisation
+    assert add.split()[7:9] == [f"{layers['layer1.0.add']['sim_ms']:.3f}",
+                                f"{layers['layer1.0.add']['host_ms']:.3f}"]
+    assert add.split()[9] == "-"
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ fraction of a second.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -329,6 +330,27 @@ def test_resume_refuses_another_spec(tmp_path: Path, capsys: pytest.CaptureFixtu
     write(spec_a, f"# same sweep\nworkloads:\n  - conv2d: {small('a')}\nbase: tiny\n")
     assert main(["sweep", str(spec_a), "--out", str(out), "--quiet"]) == 0
     assert "1 already done; ran 0" in capsys.readouterr().out
+
+
+def test_cli_sweep_with_error_rows_exits_1(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Scripts and CI must tell a sweep with failed points from a clean one, resumed or not:
+    exit status 1 and a one-line count on stderr (it used to exit 0)."""
+    spec = small_spec(tmp_path)  # wgt=3000 is invalid, the 13x13 kernel needs more than 2 KB
+    out = tmp_path / "out"
+    line = (f"accel: 3 of 6 points of sweep t ended in error; the error column of "
+            f"{out / 'results.csv'} says why\n")
+    assert main(["sweep", str(spec), "--out", str(out), "--workers", "1", "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == line
+    assert "ran 6: 3 ok, 3 error" in captured.out
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet"]) == 1
+    assert capsys.readouterr().err == line
+    assert main(["sweep", str(spec), "--out", str(out), "--quiet", "--json"]) == 1
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert (summary["points"], summary["already_done"], summary["failed_points"]) == (6, 6, 3)
+    assert captured.err == line
 
 
 def test_cli_bad_spec_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -224,10 +224,10 @@ def test_waveform_counts_program_cycles_in_a_window(tiny: HwConfig, tmp_path: Pa
     assert main(["waveform", str(path), "--out", str(tmp_path)]) == 0
     svg = (tmp_path / "w_waveform.svg").read_text()
     assert "waveform: w.vcd, cycles 40 to 89" in svg and "program cycle" in svg
-    assert main(["waveform", str(path), "--cycles", "10:50"]) == 2
+    assert main(["waveform", str(path), "--window", "10:50"]) == 2
     assert capsys.readouterr().err == \
         f"accel: error: {path}: the dump starts at cycle 40; cycle 10 is before it\n"
-    assert main(["waveform", str(path), "--cycles", "95:99"]) == 2
+    assert main(["waveform", str(path), "--window", "95:99"]) == 2
     assert capsys.readouterr().err == (f"accel: error: {path}: the dump has 50 clock cycles "
                                        "from cycle 40; cycle 95 is past its end\n")
 

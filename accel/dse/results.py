@@ -26,7 +26,7 @@ import contextlib
 import csv
 import io
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ __all__ = [
     "columns",
     "read_results",
     "repair_torn_tail",
+    "stall_columns",
     "write_parquet",
 ]
 
@@ -73,6 +74,28 @@ RESULTS_PARQUET = "results.parquet"
 
 class ResultsError(ValueError):
     """A results file cannot be used (another spec's columns, a damaged line); one line."""
+
+
+def stall_columns(busy: Mapping[str, int], stalls: Mapping[str, Mapping[str, int]]
+                  ) -> dict[str, int]:
+    """The ``busy.<m>`` and ``stall.<m>.<kind>`` columns of every module, from its busy
+    cycles and stall causes as the timing simulator names them (``dram_contention``,
+    ``dram_latency``, ``cmd_empty``,
+    ``queue_full``, ``token l2c``, ``full c2s``, ...: the token and full causes summed over
+    their queues)."""
+    out: dict[str, int] = {}
+    for m in MODULES:
+        if m not in busy:
+            continue
+        s = stalls.get(m, {})
+        out[f"busy.{m}"] = int(busy[m])
+        out[f"stall.{m}.dram_contention"] = s.get("dram_contention", 0)
+        out[f"stall.{m}.dram_latency"] = s.get("dram_latency", 0)
+        out[f"stall.{m}.cmd_empty"] = s.get("cmd_empty", 0)
+        out[f"stall.{m}.queue_full"] = s.get("queue_full", 0)
+        out[f"stall.{m}.token"] = sum(v for c, v in s.items() if c.startswith("token "))
+        out[f"stall.{m}.full"] = sum(v for c, v in s.items() if c.startswith("full "))
+    return out
 
 
 def columns(axis_keys: Iterable[str], metrics: Iterable[str]) -> list[str]:

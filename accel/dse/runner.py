@@ -28,10 +28,10 @@ from typing import Any, TextIO
 
 from accel.dse.results import (
     METRIC_COLUMNS,
-    MODULES,
     RESULTS_CSV,
     ResultsFile,
     columns,
+    stall_columns,
     write_parquet,
 )
 from accel.dse.spec import Point, SweepSpec, WorkloadItem, expand
@@ -168,7 +168,8 @@ def _stats_metrics(stats: Any, backend: str, cfg: HwConfig, cycles: int | None, 
     if cycles:
         out["cycles"] = cycles
         out["milliseconds"] = cycles / (cfg.clock_mhz * 1000.0)
-        out["gemm_utilization"] = macs / (cycles * cfg.peak_macs_per_cycle)
+        if macs:  # an ALU-only layer (a residual add) has no GEMM to utilise
+            out["gemm_utilization"] = macs / (cycles * cfg.peak_macs_per_cycle)
     if stats is None:
         return out
     if hasattr(stats, "modules") and hasattr(stats, "dram_loaded"):  # sim.stats.SimStats
@@ -178,18 +179,8 @@ def _stats_metrics(stats: Any, backend: str, cfg: HwConfig, cycles: int | None, 
         out["dram_bytes"] = sum(loaded.values()) + stats.dram_stored
         out["dram_achieved_bytes_per_cycle"] = stats.dram_bytes_per_cycle
         out["dram_bandwidth_share"] = stats.dram_bandwidth_share
-        for m in MODULES:
-            ms = stats.modules.get(m)
-            if ms is None:
-                continue
-            s = ms.stalls
-            out[f"busy.{m}"] = ms.busy
-            out[f"stall.{m}.dram_contention"] = s.get("dram_contention", 0)
-            out[f"stall.{m}.dram_latency"] = s.get("dram_latency", 0)
-            out[f"stall.{m}.cmd_empty"] = s.get("cmd_empty", 0)
-            out[f"stall.{m}.queue_full"] = s.get("queue_full", 0)
-            out[f"stall.{m}.token"] = sum(v for c, v in s.items() if c.startswith("token "))
-            out[f"stall.{m}.full"] = sum(v for c, v in s.items() if c.startswith("full "))
+        out.update(stall_columns({m: s.busy for m, s in stats.modules.items()},
+                                 {m: s.stalls for m, s in stats.modules.items()}))
     elif hasattr(stats, "bytes_loaded"):  # sim.functional's counters
         loaded = {b: stats.bytes_loaded.get(b, 0) for b in ("inp", "wgt", "acc", "uop")}
         out.update({f"bytes.{b}": n for b, n in loaded.items()})
@@ -265,8 +256,6 @@ def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
         op = exe.compiled.get(layer.name)
         r.update(_stats_metrics(stats.get(layer.name), point.backend, cfg, layer.cycles,
                                 layer.macs, op.compile_seconds if op is not None else None))
-        if layer.cycles and not layer.macs:
-            r["gemm_utilization"] = 0.0
         if layer.check is False:
             r = _error(r, f"check: {layer.name} differs from the numpy reference")
         rows.append(r)

@@ -611,10 +611,16 @@ def _parse_insn(tokens: Sequence[str], cfg: HwConfig, where: str) -> Insn:
     return insn
 
 
+_NO_CONFIG = ("{where}: no .config directive before the first instruction; add one (.config "
+              "NAME) or pass the config (accel asm --config NAME)")
+
+
 def assemble(text: str, config: HwConfig | None = None, source: str = "<asm>") -> Program:
     """Parse assembly text (the :func:`disassemble` form) into a :class:`Program`.
 
-    Comments start with ``;``. A leading ``N:`` on a line is an index and is ignored.
+    Comments start with ``;``. A leading ``N:`` on a line is an index and is ignored. The
+    config is the ``.config`` directive's (which must come before the first instruction), or
+    ``config``; one of them is required, since encodings depend on it.
 
     Raises
     ------
@@ -662,12 +668,14 @@ def assemble(text: str, config: HwConfig | None = None, source: str = "<asm>") -
                 uops.append((dst, src, wgt))
             elif section == ".text":
                 if cfg is None:
-                    cfg = load_config()
+                    # Guessing (the packaged default) silently built a different program.
+                    raise AsmError(_NO_CONFIG.format(where=where))
                 insns.append(_parse_insn(tokens, cfg, where))
             else:
                 raise AsmError(f"{where}: instruction outside .text or .uops")
     if cfg is None:
-        cfg = load_config()
+        raise AsmError(_NO_CONFIG.format(where=source).replace(" before the first instruction",
+                                                               ""))
     uop_arr = np.array(uops, dtype=np.int64).reshape(-1, 3)
     try:
         encode_uops(uop_arr, cfg)

@@ -1,0 +1,90 @@
+"""Worker processes that a Ctrl-C stops cleanly: the timing prefetch of a network's run and
+the tuner's measurements.
+
+A Ctrl-C is the parent's to handle. The workers ignore SIGINT (on a terminal it reaches the
+whole process group, and a worker's KeyboardInterrupt would only print a traceback), the
+parent stops them with :func:`stop_pool` when it winds down, and a worker whose parent died
+anyway is ended by the kernel (``PR_SET_PDEATHSIG`` on Linux) instead of waiting forever on
+its task queue, holding its parent's stderr open. A SIGINT while the parent forks them is
+held back until the pool is recorded (:func:`sigint_deferred`): delivered inside the fork,
+Python drops the KeyboardInterrupt ("Exception ignored in ... _releaseLock") and the command
+runs on; and a worker the parent has not recorded yet cannot be stopped.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PoolHandle", "sigint_deferred", "stop_pool", "worker_init"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_init() -> None:
+    """Initializer of a worker process: ignore SIGINT, and end with the parent (Linux)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+
+
+@contextlib.contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold SIGINT back while the block runs (it forks workers and records them); a Ctrl-C
+    in between is delivered, as a KeyboardInterrupt, when the block ends."""
+    if threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@dataclass
+class PoolHandle:
+    """What :func:`stop_pool` needs of a pool, taken while the pool has it (a pool forgets
+    its processes and queues when it is shut down)."""
+
+    pool: concurrent.futures.ProcessPoolExecutor
+    processes: list[Any]
+    results: Any
+
+    @classmethod
+    def of(cls, pool: concurrent.futures.ProcessPoolExecutor) -> PoolHandle:
+        # No public handle on these: ProcessPoolExecutor's own attributes (CPython 3.10+).
+        return cls(pool, list((getattr(pool, "_processes", None) or {}).values()),
+                   getattr(pool, "_result_queue", None))
+
+
+def stop_pool(handle: PoolHandle | concurrent.futures.ProcessPoolExecutor) -> None:
+    """Stop a pool at once: cancel the work not started and end its worker processes, which
+    would otherwise finish what they hold first (and the interpreter's exit would wait for
+    them)."""
+    if not isinstance(handle, PoolHandle):
+        handle = PoolHandle.of(handle)
+    handle.pool.shutdown(wait=False, cancel_futures=True)
+    for process in handle.processes:
+        process.terminate()
+    for process in handle.processes:
+        process.join(timeout=10)
+    # A worker ended while it sent a result leaves the pool's manager thread waiting for the
+    # rest of the message (the parent holds the pipe's write end too, so no end of file), and
+    # the interpreter's exit waiting for that thread. With the workers gone, closing the
+    # parent's write end ends the wait: the pool winds down as broken.
+    writer = getattr(handle.results, "_writer", None)
+    if writer is not None:
+        with contextlib.suppress(OSError):
+            writer.close()
