@@ -32,7 +32,7 @@ def test_packaged_default_is_found_without_a_path() -> None:
     assert (cfg.batch, cfg.block_in, cfg.block_out) == (1, 8, 8)
     assert cfg.clock_mhz == 100.0
     assert cfg.dram.bytes_per_cycle == 8
-    assert cfg.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8rr"
+    assert cfg.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr"
 
 
 def test_default_derived_values() -> None:
@@ -50,7 +50,7 @@ def test_default_derived_values() -> None:
 
 def test_vta_config_matches_published_layout() -> None:
     cfg = load_config("vta_1x16x16")
-    assert cfg.name == "1x16x16_i8w8a32_u32k_i32k_w256k_a128k_o8rr"
+    assert cfg.name == "1x16x16_i8w8a32_u32k_i32k_w256k_a128k_o8_rr"
     # VTA's micro-op is 32 bits: acc 11, inp 11, wgt 10.
     assert (cfg.acc_index_bits, cfg.inp_index_bits, cfg.wgt_index_bits) == (11, 11, 10)
     assert cfg.uop_bits == 32 and cfg.uop_depth == 8192
@@ -66,7 +66,7 @@ def test_tiny_config_is_small() -> None:
     assert cfg.acc_depth == 128
     # The memory system's features are spelled out; non-default queue and DRAM latency and
     # burst make a hash suffix.
-    assert re.fullmatch(r"1x4x4_i8w8a32_u1k_i1k_w2k_a2k_o8rr-[0-9a-f]{6}", cfg.name)
+    assert re.fullmatch(r"1x4x4_i8w8a32_u1k_i1k_w2k_a2k_o8_rr-[0-9a-f]{6}", cfg.name)
 
 
 def test_names_differ_when_any_parameter_differs() -> None:
@@ -82,9 +82,9 @@ def test_names_differ_when_any_parameter_differs() -> None:
         cfg.replace(**{"dram.merge_rows": True}).name,
     }
     assert len(names) == 8
-    assert cfg.replace(**{"buffers.wgt": 32768}).name == "1x8x8_i8w8a32_u8k_i32k_w32k_a64k_o8rr"
+    assert cfg.replace(**{"buffers.wgt": 32768}).name == "1x8x8_i8w8a32_u8k_i32k_w32k_a64k_o8_rr"
     assert cfg.replace(**{"dram.merge_rows": True}).name == \
-        "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8rrmr"
+        "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr_mr"
     # The original channel (one request at a time, fixed priority) has the plain name.
     original = cfg.replace(**{"dram.max_outstanding": 1, "dram.arbiter": "priority"})
     assert original.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a64k"

@@ -398,7 +398,7 @@ def test_corrupt_and_truncated_files_give_clear_errors(tmp_path: Path) -> None:
                        match="^" + re.escape(f"{path}: instruction 1: unknown opcode 7") + "$"):
         Program.load(path)
     with pytest.raises(ProgramFormatError, match=re.escape("built for config 1x8x8_i8w8a32_u8k_i32k"
-                                                           "_w64k_a64k_o8rr, not 1x16x16")):
+                                                           "_w64k_a64k_o8_rr, not 1x16x16")):
         Program.from_bytes(data, config=load_config("vta_1x16x16"))
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "ConfigError",
     "CoreShape",
     "DramConfig",
+    "GemmConfig",
     "HwConfig",
     "IsaWidths",
     "Pipeline",
@@ -152,6 +153,16 @@ class Pipeline:
 
 
 @dataclass(frozen=True)
+class GemmConfig(Pipeline):
+    """The GEMM core: a :class:`Pipeline`, and with ``reset_from_acc`` a GEMM reset may copy an
+    acc tile (a bias) into its accumulators instead of zeros (``GemmInsn.from_acc``), so that
+    the accumulation starts from the bias with no ALU ADD; off: a reset writes zeros only (the
+    original core)."""
+
+    reset_from_acc: bool = False
+
+
+@dataclass(frozen=True)
 class IsaWidths:
     """Instruction field widths that do not follow from buffer sizes."""
 
@@ -168,13 +179,13 @@ _SECTIONS: dict[str, type] = {
     "buffers": Buffers,
     "queues": Queues,
     "dram": DramConfig,
-    "gemm": Pipeline,
+    "gemm": GemmConfig,
     "alu": Pipeline,
     "isa": IsaWidths,
     "store": StoreConfig,
 }
 _SECTION_DEFAULTS: dict[str, Any] = {
-    "gemm": Pipeline(ii=1, depth=5),
+    "gemm": GemmConfig(ii=1, depth=5),
     "alu": Pipeline(ii=2, depth=4),
 }
 _STRUCTURAL = ("core", "precision", "buffers")
@@ -184,6 +195,7 @@ FEATURE_TAGS: dict[tuple[str, str], Any] = {
     ("dram", "arbiter"): lambda a: "rr" if a == "round_robin" else "",
     ("dram", "merge_rows"): lambda on: "mr" if on else "",
     ("store", "postproc"): lambda on: "pp" if on else "",
+    ("gemm", "reset_from_acc"): lambda on: "ra" if on else "",
 }
 """Machine features spelled out in :attr:`HwConfig.name` when they are not the original
 machine's: ``(section, field) -> tag of the value`` (empty for the original)."""
@@ -220,7 +232,7 @@ class HwConfig:
     queues: Queues = field(default_factory=Queues)
     dram: DramConfig = field(default_factory=DramConfig)
     clock_mhz: float = 100.0
-    gemm: Pipeline = field(default_factory=lambda: Pipeline(ii=1, depth=5))
+    gemm: GemmConfig = field(default_factory=lambda: GemmConfig(ii=1, depth=5))
     alu: Pipeline = field(default_factory=lambda: Pipeline(ii=2, depth=4))
     isa: IsaWidths = field(default_factory=IsaWidths)
     store: StoreConfig = field(default_factory=StoreConfig)
@@ -439,12 +451,13 @@ class HwConfig:
     # ------------------------------------------------------------------ naming
     @functools.cached_property
     def name(self) -> str:
-        """Canonical name, e.g. ``1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8rr``.
+        """Canonical name, e.g. ``1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr``.
 
         The core shape, precisions and buffer sizes are spelled out, then the machine
         features whose values differ from the original machine (:data:`FEATURE_TAGS`: ``o8``
         for eight DRAM requests in flight, ``rr`` round-robin arbitration, ``mr`` merged
-        rows); when any other parameter (queues, DRAM latency and widths, clock, pipelines,
+        rows, ``pp`` the post-processing store, ``ra`` the GEMM reset from acc), each after
+        an underscore; when any other parameter (queues, DRAM latency and widths, clock, pipelines,
         ISA widths) differs from the defaults, a six-digit hash of them follows a dash, so two
         different configs never share a name.
         """
@@ -453,10 +466,9 @@ class HwConfig:
             f"{c.batch}x{c.block_in}x{c.block_out}_i{p.inp_bits}w{p.wgt_bits}a{p.acc_bits}_"
             f"u{_size_tag(b.uop)}_i{_size_tag(b.inp)}_w{_size_tag(b.wgt)}_a{_size_tag(b.acc)}"
         )
-        tags = "".join(tag(getattr(getattr(self, section), leaf))
-                       for (section, leaf), tag in FEATURE_TAGS.items())
-        if tags:
-            base += "_" + tags
+        tags = [tag(getattr(getattr(self, section), leaf))
+                for (section, leaf), tag in FEATURE_TAGS.items()]
+        base = "_".join([base, *(t for t in tags if t)])
         rest = {k: v for k, v in self.to_dict().items() if k not in _STRUCTURAL}
         rest.pop("description", None)
         defaults = HwConfig().to_dict()
