@@ -401,6 +401,7 @@ class _Loop:
     now: dict[str, Value]       # the loop fields in the decode cycle, from the instruction
     held: dict[str, Signal]     # the same registered at decode (``held["alu"]`` is ``alu_q``)
     reset_q: Signal             # GEMM: reset the acc elements
+    from_acc_q: Signal | None   # ... by copying acc[src] (``gemm.reset_from_acc``; else None)
     op_q: Signal                # ALU: the operation, its immediate and whether to use it
     use_imm_q: Signal
     imm_q: Signal
@@ -426,6 +427,8 @@ class _Stages:
     valid: dict[int, Signal]    # v1, v2, ...
     dsts: dict[int, Signal]     # dst2, dst3, ...: acc index
     srcs: dict[int, Signal]     # src2, src3, src4: inp or acc index
+    reads: dict[int, Signal]    # the GEMM's acc read index by stage, from ``arrive - 1`` on:
+                                # dst, or src for a reset from acc (``gemm.reset_from_acc``)
 
 
 @dataclass
@@ -594,8 +597,9 @@ class Compute(wiring.Component):
         a6, b6, out = self._alu_operands(m, loop, stages, wr, acc_data, acc_seen, family)
         self._alu_lanes(m, loop, a6, b6, out)
         wb_valid, wb_dst = self._result_dst(m, loop, stages, arrive)
-        gemm_sum = self._gemm_accumulate(m, core, wr, gemm_acc6, gemm_hit7, gemm_hit8)
-        self._write_port(m, eng, acc_buf, loop, wr, out, wb_valid, wb_dst, gemm_sum, family)
+        gemm_acc, gemm_sum = self._gemm_accumulate(m, core, wr, gemm_acc6, gemm_hit7, gemm_hit8)
+        self._write_port(m, eng, acc_buf, loop, wr, out, wb_valid, wb_dst, gemm_acc, gemm_sum,
+                         family)
         return m
 
     def _submodules(self, m: Module
@@ -692,6 +696,7 @@ class Compute(wiring.Component):
         held = {k: Signal(w, name=f"{k}_q") for k, w in self._loop_widths().items()}
 
         reset_q = Signal()
+        from_acc_q = Signal() if self._p.cfg.gemm.reset_from_acc else None
         op_q = Signal(3)
         use_imm_q = Signal()
         imm_q = Signal(signed(32))
@@ -703,6 +708,8 @@ class Compute(wiring.Component):
                 use_imm_q.eq(a.use_imm & is_alu_now),
                 imm_q.eq(a.imm),
             ]
+            if from_acc_q is not None:
+                m.d.sync += from_acc_q.eq(g.from_acc & ~is_alu_now)
         empty = Signal()
         m.d.comb += empty.eq(pre.empty)
         # One-cycle instructions: FINISH, an empty loop, a LOAD of zero size.
@@ -717,7 +724,7 @@ class Compute(wiring.Component):
         # ``accel.machine.costs.UOP_PREFETCH_MISS_CYCLES`` of the timing simulator).
         first_go = Signal()
         m.d.comb += first_go.eq(first & ctrl.seen)
-        return _Loop(now, held, reset_q, op_q, use_imm_q, imm_q, first, first_go)
+        return _Loop(now, held, reset_q, from_acc_q, op_q, use_imm_q, imm_q, first, first_go)
 
     def _loop_counters(self, m: Module, ctrl: DepControl, pre: data.View, is_loop: Signal,
                        loop: _Loop) -> _Sequencer:
@@ -917,8 +924,27 @@ class Compute(wiring.Component):
         m.d.sync += [v6.eq(v5), v7.eq(v6), dst6.eq(dst5), dst7.eq(dst6)]
         stages = _Stages(valid={1: v1, 2: v2, 3: v3, 4: v4, 5: v5, 6: v6, 7: v7},
                          dsts={2: dst2, 3: dst3, 4: dst4, 5: dst5, 6: dst6, 7: dst7},
-                         srcs={2: src2, 3: src3, 4: src4})
+                         srcs={2: src2, 3: src3, 4: src4}, reads={})
+        self._gemm_read_index(m, stages, loop)
         return stages, b1
+
+    def _gemm_read_index(self, m: Module, stages: _Stages, loop: _Loop) -> None:
+        """``stages.reads``: the index the GEMM reads acc at (in ``arrive - 1``) and compares
+        the results ahead against (in ``arrive``). A reset from acc reads its source, picked a
+        stage ahead into a register of its own, so the read address and the forwarding
+        compares stay one register away, as with the destination alone."""
+        cfg = self._p.cfg
+        arrive = writeback_stage(cfg, "gemm") - 2
+        dsts, srcs = stages.dsts, stages.srcs
+        if loop.from_acc_q is None:
+            stages.reads.update({arrive - 1: dsts[arrive - 1], arrive: dsts[arrive]})
+            return
+        read, read_next = (Signal(cfg.acc_index_bits, name=f"gemm_read{s}")
+                           for s in (arrive - 1, arrive))
+        m.d.sync += [read.eq(Mux(loop.from_acc_q, srcs[arrive - 2][:cfg.acc_index_bits],
+                                 dsts[arrive - 2])),
+                     read_next.eq(read)]
+        stages.reads.update({arrive - 1: read, arrive: read_next})
 
     def _gemm_operands(self, m: Module, core: GemmCore, uop: data.View,
                        b1: dict[str, Signal]) -> None:
@@ -970,7 +996,7 @@ class Compute(wiring.Component):
         acc_bits = cfg.acc_index_bits
         width = cfg.acc_tile_bytes * 8
         alu_q = loop.held["alu"]
-        v3, dst3, dst4, dst5 = stages.valid[3], stages.dsts[3], stages.dsts[4], stages.dsts[5]
+        v3, dst3 = stages.valid[3], stages.dsts[3]
         src2 = stages.srcs[2]
         # acc read port: ALU src in s2, ALU dst in s3, GEMM dst in s4 (s5 when deep: every
         # GEMM stage from the products on is a stage later, see ``GemmCore``).
@@ -981,7 +1007,7 @@ class Compute(wiring.Component):
             with m.Else():
                 m.d.comb += acc_buf.r.addr.eq(src2[:acc_bits])
         with m.Else():
-            m.d.comb += acc_buf.r.addr.eq({4: dst4, 5: dst5}[arrive - 1])
+            m.d.comb += acc_buf.r.addr.eq(stages.reads[arrive - 1])
 
         # The acc port is not transparent, so Yosys adds no multiplexer after the RAM (its
         # emulation of a transparent port), and a read at the edge of a write to the same
@@ -1015,20 +1041,20 @@ class Compute(wiring.Component):
         """The GEMM's acc[dst] registered as it arrives (``gemm_acc6``), and whether the results
         of the micro-ops one and two ahead, written too late for the read, are to be taken."""
         width = self._p.cfg.acc_tile_bytes * 8
-        valid, dsts = stages.valid, stages.dsts
+        valid, dsts, read = stages.valid, stages.dsts, stages.reads[arrive]
         # GEMM: acc[dst] arrives in s5 and is registered, so that the accumulate in s6 starts
         # from flip-flops rather than from a block-RAM output. The read (at the end of s4)
         # takes the write of the micro-op three ahead, at the same edge, from the write port
         # (``acc_seen``), and cannot see those one and two ahead, written at the end of s5 and
         # s6: their results (in s7 and s8 when this one accumulates) are forwarded. When deep,
-        # all of it a stage later.
+        # all of it a stage later. A reset from acc reads and forwards its source the same way.
         gemm_acc6 = Signal(width)
         gemm_hit7 = Signal()
         gemm_hit8 = Signal()
         m.d.sync += [
             gemm_acc6.eq(acc_seen),
-            gemm_hit7.eq(valid[arrive + 1] & (dsts[arrive + 1] == dsts[arrive])),
-            gemm_hit8.eq(valid[arrive + 2] & (dsts[arrive + 2] == dsts[arrive])),
+            gemm_hit7.eq(valid[arrive + 1] & (dsts[arrive + 1] == read)),
+            gemm_hit8.eq(valid[arrive + 2] & (dsts[arrive + 2] == read)),
         ]
         return gemm_acc6, gemm_hit7, gemm_hit8
 
@@ -1129,9 +1155,10 @@ class Compute(wiring.Component):
         return wb_valid, wb_dst
 
     def _gemm_accumulate(self, m: Module, core: GemmCore, wr: _Written, gemm_acc6: Signal,
-                         gemm_hit7: Signal, gemm_hit8: Signal) -> Signal:
+                         gemm_hit7: Signal, gemm_hit8: Signal) -> tuple[Signal, Signal]:
         """The GEMM's accumulate: acc[dst] (read, or forwarded from the results one and two
-        ahead) plus the core's dot products; returns ``gemm_sum``."""
+        ahead; a reset from acc's acc[src]) plus the core's dot products; returns both
+        (``gemm_acc``, ``gemm_sum``)."""
         cfg = self._p.cfg
         width = cfg.acc_tile_bytes * 8
         lanes = cfg.batch * cfg.block_out
@@ -1141,11 +1168,11 @@ class Compute(wiring.Component):
         for lane in range(lanes):
             m.d.comb += gemm_sum.word_select(lane, 32).eq(
                 gemm_acc.word_select(lane, 32) + core.sums.word_select(lane, 32))
-        return gemm_sum
+        return gemm_acc, gemm_sum
 
     def _write_port(self, m: Module, eng: LoadEngine, acc_buf: SramBuffer, loop: _Loop,
                     wr: _Written, out: _AluOut, wb_valid: Signal, wb_dst: Signal,
-                    gemm_sum: Signal, family: str | None) -> None:
+                    gemm_acc: Signal, gemm_sum: Signal, family: str | None) -> None:
         """The registered write port of acc and out: the result (``wdata``, ``w_dst``,
         ``w_valid``) or LOAD ACC's write, and the buffers' write ports driven from it."""
         cfg = self._p.cfg
@@ -1172,8 +1199,9 @@ class Compute(wiring.Component):
         # LUT on ECP5 (``late_mux``); which to take and everything else (LOAD ACC's data, the
         # other ALU operations' result, a GEMM reset's zeros) is formed from registers.
         rest = Signal(width)
+        reset_value = 0 if loop.from_acc_q is None else Mux(loop.from_acc_q, gemm_acc, 0)
         m.d.comb += rest.eq(Mux(eng.writing_acc, eng.wr_acc.data[:width],
-                                Mux(alu_q, other7, 0)))
+                                Mux(alu_q, other7, reset_value)))
         m.d.sync += wdata.eq(late_mux(m, "wb", ~eng.writing_acc & alu_q & mul7, prod7,
                                       ~eng.writing_acc & ~alu_q & ~reset_q, gemm_sum, rest,
                                       family))

@@ -19,7 +19,8 @@ Semantics (DESIGN.md §3):
   clip_hi)`` as int8 (:func:`post_process`).
 - GEMM: for i < iter_out, j < iter_in, u in [uop_bgn, uop_end): ``idx = uop + i * factor_out +
   j * factor_in``; ``acc[dst] += inp[src] . wgt[wgt]^T`` in int32 with wrap-around, or
-  ``acc[dst] = 0`` with ``reset``. Every write also writes the low 8 bits to ``out[dst]``.
+  ``acc[dst] = 0`` with ``reset`` (``acc[dst] = acc[src]``, in micro-op order, with
+  ``from_acc``). Every write also writes the low 8 bits to ``out[dst]``.
 - ALU: the same loop; ``acc[dst] = op(acc[dst], imm or acc[src])`` elementwise, in micro-op
   order. MIN, MAX, ADD (wrap), MUL (wrap, low 32 bits), SHR by ``s``: arithmetic right shift by
   ``min(s, 31)`` when ``s >= 0``, else left shift by ``-s`` (wrap; zero once ``-s >= 32``).
@@ -279,6 +280,7 @@ class FunctionalSimulator:
             insn.wgt_factor_out if is_gemm else 0,  # type: ignore[union-attr]
             insn.wgt_factor_in if is_gemm else 0,  # type: ignore[union-attr]
             (insn.reset if is_gemm else insn.use_imm),  # type: ignore[union-attr]
+            is_gemm and insn.from_acc,  # type: ignore[union-attr]
         )
         plan = self._plans.get(key)
         if plan is not None:
@@ -286,7 +288,14 @@ class FunctionalSimulator:
         cfg = self.cfg
         indices = _loop_indices(insn, self.sram.uop)
         dst, src = indices[0], indices[1]
-        if isinstance(insn, GemmInsn):
+        if isinstance(insn, GemmInsn) and insn.from_acc:
+            # A reset that copies acc[src]: the ALU's plan (the order of the copies matters
+            # where a source is a destination written before).
+            self._check_range(insn, index, "acc", dst, cfg.acc_depth)
+            self._check_range(insn, index, "acc src", src, cfg.acc_depth)
+            ordered = _alu_vectorisable(dst, src, False, cfg.acc_depth)
+            plan = _LoopPlan(dst, src, None, None, None, None, ordered)
+        elif isinstance(insn, GemmInsn):
             self._check_range(insn, index, "acc", dst, cfg.acc_depth)
             if not insn.reset:
                 self._check_range(insn, index, "inp", src, cfg.inp_depth)
@@ -309,6 +318,14 @@ class FunctionalSimulator:
         plan = self._plan(insn, index)
         dst = plan.dst
         if not dst.size:
+            return
+        if insn.reset and insn.from_acc:
+            if plan.vectorisable:
+                sram.acc[dst] = sram.acc[plan.src]
+            else:
+                for d, s in zip(dst.tolist(), plan.src.tolist(), strict=True):
+                    sram.acc[d] = sram.acc[s]
+            sram.out[dst] = sram.acc[dst].astype(np.int8)
             return
         if insn.reset:
             sram.acc[dst] = 0

@@ -584,8 +584,11 @@ def _slice_name(insn: Insn) -> str:
     if isinstance(insn, MemInsn):
         return f"{insn.opcode.name} {insn.mem_type.name} {insn.y_size}x{insn.x_size}"
     if isinstance(insn, (GemmInsn, AluInsn)):
-        head = "GEMM" + (" reset" if insn.reset else "") if isinstance(insn, GemmInsn) \
-            else f"ALU {insn.alu_op.name}"
+        if isinstance(insn, GemmInsn):
+            head = "GEMM reset from acc" if insn.from_acc else "GEMM reset" if insn.reset \
+                else "GEMM"
+        else:
+            head = f"ALU {insn.alu_op.name}"
         return f"{head} {insn.iter_out}x{insn.iter_in}x{insn.uop_end - insn.uop_bgn}"
     return insn.opcode.name
 
@@ -612,6 +615,8 @@ def _account_buffers(stats: SimStats, insn: Insn, cfg: HwConfig) -> None:
     _add(wr, "acc", n * cfg.acc_tile_bytes)
     _add(wr, "out", n * cfg.out_tile_bytes)
     if isinstance(insn, GemmInsn):
+        if insn.from_acc:
+            _add(rd, "acc", n * cfg.acc_tile_bytes)
         if not insn.reset:
             _add(rd, "inp", n * cfg.inp_tile_bytes)
             _add(rd, "wgt", n * cfg.wgt_tile_bytes)

@@ -168,7 +168,9 @@ def mem_cycles(insn: MemInsn, cfg: HwConfig) -> int:
 
 
 def gemm_cycles(insn: GemmInsn, cfg: HwConfig) -> int:
-    """Cycles of a GEMM: decode, one micro-op per ``gemm.ii``, pipeline drain."""
+    """Cycles of a GEMM: decode, one micro-op per ``gemm.ii``, pipeline drain. A reset takes
+    the same, zeros or (``from_acc``) copies of acc tiles alike: the copy reads acc where an
+    accumulation reads it, in the same stage."""
     if not insn.n_uops:
         return DECODE_CYCLES
     return DECODE_CYCLES + insn.n_uops * cfg.gemm.ii + cfg.gemm.depth

@@ -218,10 +218,12 @@ class _LoopInsn(Insn):
 
 @dataclass(frozen=True, kw_only=True)
 class GemmInsn(_LoopInsn):
-    """``acc[dst] += inp[src] . wgt[wgt]^T`` (or ``acc[dst] = 0`` with ``reset``)."""
+    """``acc[dst] += inp[src] . wgt[wgt]^T`` (or ``acc[dst] = 0`` with ``reset``; with
+    ``gemm.reset_from_acc`` a reset ``from_acc`` copies: ``acc[dst] = acc[src]``)."""
 
     opcode: ClassVar[Opcode] = Opcode.GEMM
     reset: bool = False
+    from_acc: bool = False
     wgt_factor_out: int = 0
     wgt_factor_in: int = 0
 
@@ -363,7 +365,7 @@ def decode_insn(word: int, cfg: HwConfig) -> Insn:
         if f.signed and value >> (f.width - 1):
             value -= 1 << f.width
         kwargs[f.name] = value
-    for flag in (*DEP_FLAGS, "reset", "use_imm"):
+    for flag in (*DEP_FLAGS, "reset", "from_acc", "use_imm"):
         if flag in kwargs:
             kwargs[flag] = bool(kwargs[flag])
     if opcode in (Opcode.LOAD, Opcode.STORE):

@@ -38,6 +38,10 @@ class _IsaWidths(Protocol):
     imm_bits: int
 
 
+class _Gemm(Protocol):
+    reset_from_acc: bool
+
+
 class _Store(Protocol):
     postproc: bool
     out_bits: int
@@ -50,6 +54,8 @@ class LayoutWidths(Protocol):
     def isa(self) -> _IsaWidths: ...
     @property
     def store(self) -> _Store: ...
+    @property
+    def gemm(self) -> _Gemm: ...
     @property
     def uop_index_bits(self) -> int: ...
     @property
@@ -167,6 +173,7 @@ class IsaLayout:
         gemm = _fields([
             *header,
             ("reset", 1),
+            *([("from_acc", 1)] if cfg.gemm.reset_from_acc else []),
             *loop,
             ("src_factor_out", cfg.inp_index_bits),
             ("src_factor_in", cfg.inp_index_bits),

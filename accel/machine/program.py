@@ -413,6 +413,8 @@ def _all_valid(insns: Sequence[Insn], cfg: HwConfig) -> bool:
         a = np.array([_LOOP_FIELDS(g) for g in loops])
         if a.dtype != np.int64 or ((a[:, 1] < a[:, 0]) | (a[:, 1] > cfg.uop_depth)).any():
             return False
+        if any(getattr(g, "from_acc", False) for g in loops):   # the loop says why, or not
+            return False
     if alus:
         if any(type(x.alu_op) is not AluOp for x in alus):
             return False
@@ -468,10 +470,16 @@ def _check_insn(i: int, insn: Insn, cfg: HwConfig) -> None:
         if isinstance(insn, AluInsn) and insn.alu_op is AluOp.SHR and insn.use_imm \
                 and not -31 <= insn.imm <= 31:
             raise fail(f"SHR amount {insn.imm} is outside -31..31")
+        if isinstance(insn, GemmInsn) and insn.from_acc:
+            if not cfg.gemm.reset_from_acc:
+                raise fail("from_acc needs a GEMM that resets from the acc buffer "
+                           "(gemm.reset_from_acc)")
+            if not insn.reset:
+                raise fail("from_acc belongs to a reset")
 
 
 # ---------------------------------------------------------------------- assembly text
-_BOOL_FIELDS = {*DEP_FLAGS, "reset", "use_imm"}
+_BOOL_FIELDS = {*DEP_FLAGS, "reset", "from_acc", "use_imm"}
 
 
 def _token_effects(insn: Insn) -> list[tuple[TokenQueue, int]]:

@@ -5,7 +5,8 @@ A program is a few *iterations* of a double-buffered pipeline, the shape compile
 - load fills inp/wgt slot ``t % 2`` with random 2-D strided, zero-padded loads, then pushes
   load->compute; from iteration 2 on it first pops compute->load (slot free again);
 - compute pops load->compute (and, from iteration 2 on, store->compute: out slot free), loads
-  random micro-ops (and sometimes acc tiles), runs random GEMM (with and without reset) and ALU
+  random micro-ops (and sometimes acc tiles), runs random GEMM (with and without reset; with
+  ``gemm.reset_from_acc`` some resets copy acc tiles) and ALU
   instructions (all five operations, immediate or acc operand) with both loops and random
   factors on acc slot ``t % 2``, then pushes compute->store and (when a later load will pop it)
   compute->load;
@@ -100,10 +101,12 @@ def random_program(cfg: HwConfig, pick: Pick, iterations: int = 3,
 
     def loop_insn(s: int, pops: dict[str, bool], pushes: dict[str, bool]) -> None:
         kind = pick(0, 2)                   # 0: GEMM reset, 1: GEMM, 2: ALU
+        # With ``gemm.reset_from_acc`` half the resets copy acc tiles of the same slot.
+        from_acc = kind == 0 and cfg.gemm.reset_from_acc and bool(pick(0, 1))
         io, ii = pick(1, 3), pick(1, 3)
         n_uops = pick(1, 4)
         lo = {"acc": s * slot["acc"], "inp": s * slot["inp"], "wgt": s * slot["wgt"]}
-        src_buf = "acc" if kind == 2 else "inp"
+        src_buf = "acc" if kind == 2 or from_acc else "inp"
         f = {name: _loop(pick, slot[name], io, ii) for name in ("acc", "inp", "wgt")}
         f["src"] = f[src_buf]
         kernel = [(
@@ -126,8 +129,8 @@ def random_program(cfg: HwConfig, pick: Pick, iterations: int = 3,
             imm = (pick(-31, 31) if op is AluOp.SHR else pick(-300, 300)) if use_imm else 0
             b.alu(op, use_imm=use_imm, imm=imm, **fields)
         else:
-            b.gemm(reset=kind == 0, wgt_factor_out=f["wgt"][0], wgt_factor_in=f["wgt"][1],
-                   **fields)
+            b.gemm(reset=kind == 0, from_acc=from_acc, wgt_factor_out=f["wgt"][0],
+                   wgt_factor_in=f["wgt"][1], **fields)
 
     s2c_owed = 0
     for t in range(iterations):
