@@ -212,8 +212,8 @@ class _Emitter:
             self.emit(AluInsn(alu_op=op.op, use_imm=op.imm is not None, imm=op.imm or 0,
                               **common))
         else:
-            self.emit(GemmInsn(reset=op.reset, wgt_factor_out=fo[2], wgt_factor_in=fi[2],
-                               **common))
+            self.emit(GemmInsn(reset=op.reset, from_acc=op.from_acc, wgt_factor_out=fo[2],
+                               wgt_factor_in=fi[2], **common))
 
     def place_kernel(self, kernel: UopKernel) -> int:
         """The kernel's offset in the uop buffer, loading it first if it is not resident."""

@@ -186,12 +186,18 @@ class DmaCopy(Stmt):
 
 @dataclass(eq=False)
 class Gemm(Stmt):
-    """One GEMM micro-op: ``dst += src . wgt^T`` on tiles (``reset``: ``dst = 0``)."""
+    """One GEMM micro-op: ``dst += src . wgt^T`` on tiles (``reset``: ``dst = 0``; a reset
+    with an acc ``src`` copies it, ``dst = src``, on a GEMM with ``gemm.reset_from_acc``)."""
 
     dst: TileRef
     src: TileRef | None = None
     wgt: TileRef | None = None
     reset: bool = False
+
+    @property
+    def from_acc(self) -> bool:
+        """A reset that copies the acc tile ``src`` (``GemmInsn.from_acc``)."""
+        return self.reset and self.src is not None
 
 
 @dataclass(eq=False)
@@ -413,7 +419,9 @@ def _lines(s: Stmt, depth: int, out: list[str]) -> None:
             f"pad=({pads}){post}"
         )
     elif isinstance(s, Gemm):
-        if s.reset:
+        if s.from_acc:
+            out.append(f"{pad}gemm_reset {s.dst!r} = {s.src!r}")
+        elif s.reset:
             out.append(f"{pad}gemm_reset {s.dst!r}")
         else:
             out.append(f"{pad}gemm {s.dst!r} += {s.src!r} . {s.wgt!r}")

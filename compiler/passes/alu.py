@@ -22,10 +22,11 @@ from dataclasses import replace
 
 from accel.machine.config import HwConfig
 from accel.machine.isa import AluOp, MemType
+from compiler.arith import NotAffine, to_affine
 from compiler.errors import LoweringError
 from compiler.passes.common import perfect_nest, split_tile_access, wrap_loops
 from compiler.schedule import Pragma
-from compiler.te import BinOp, Expr, IntImm, walk
+from compiler.te import BinOp, Expr, IntImm, Var, substitute, walk
 from compiler.tir import (
     Allocate,
     Alu,
@@ -43,7 +44,7 @@ from compiler.tir import (
     stmts,
 )
 
-__all__ = ["inject_alu", "inplace_acc", "store_requant"]
+__all__ = ["inject_alu", "inplace_acc", "reset_bias", "store_requant"]
 
 _ALU_OPS = {"+": AluOp.ADD, ">>": AluOp.SHR, "min": AluOp.MIN, "max": AluOp.MAX,
             "*": AluOp.MUL}
@@ -181,6 +182,116 @@ def _lower_alu(loop: For, cfg: HwConfig) -> Stmt:
     else:
         raise LoweringError(f"{where}: the operand {b!r} must be an immediate or an acc tile")
     return wrap_loops(loops[:-2], alu)
+
+
+def reset_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
+    """With a GEMM that resets from the acc buffer (``gemm.reset_from_acc``): the bias, added by
+    an ALU ADD after the accumulation, instead starts it. The bias's LOAD ACC moves ahead of
+    the reset, which copies it into the accumulators, and the ADD goes::
+
+        for y, x:  gemm_reset conv@(y*4 + x)            dma_load ACC bias.acc@0 <-> bias@..
+        (gemms into conv, loads of inp and wgt)   ->    for y, x:  gemm_reset conv@(y*4 + x)
+        dma_load ACC bias.acc@0 <-> bias@..                             = bias.acc@(y*0 + 0)
+        for y, x:  alu_add conv@(y*4 + x), bias.acc@0   (gemms into conv, loads of inp and wgt)
+
+    Bit-exact: int32 addition wraps, so ``bias + sum`` is ``sum + bias`` in any order. Matched
+    on the IR whatever operator produced it: a reset nest over every tile of an acc buffer, an
+    ADD nest of another acc buffer over the same tiles in the same statement list, between them
+    only GEMM accumulations into the buffer and the one LOAD ACC of the bias (with nothing else
+    touching the bias), and the two nests' loops alike (extents in order, the same destination
+    index). Without the option, or where the pattern does not hold, the IR is unchanged."""
+    if not cfg.gemm.reset_from_acc:
+        return func
+
+    def rewrite(s: Stmt) -> Stmt | None:
+        if isinstance(s, Seq):
+            return Seq(_fold_bias(s.body))
+        return None
+
+    return func.with_body(map_stmts(func.body, rewrite))
+
+
+def _gemm_nest(s: Stmt) -> Gemm | None:
+    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    return inner if isinstance(inner, Gemm) else None
+
+
+def _fold_bias(body: list[Stmt]) -> list[Stmt]:
+    out = list(body)
+    for i in range(len(out)):
+        add = _alu_nest(out[i])
+        if add is None or add.op is not AluOp.ADD or add.src is None \
+                or add.src.buffer is add.dst.buffer or not _covers(out[i], add.dst.buffer):
+            continue
+        acc, bias = add.dst.buffer, add.src.buffer
+        r = _reset_before(out, i, acc)
+        if r is None or not _covers(out[r], acc):
+            continue
+        between = out[r + 1:i]
+        loads = [k for k in range(r + 1, i) if _touches(out[k], bias)]
+        if len(loads) != 1 or not _loads_acc(out[loads[0]], bias):
+            continue
+        src = _moved_index(out[i], out[r], add)
+        if src is None:
+            continue
+        reset_loops, reset = perfect_nest(out[r]) if isinstance(out[r], For) else ([], out[r])
+        copy = wrap_loops(reset_loops, replace(reset, src=TileRef(bias, src)))
+        load = out[loads[0]]
+        return _fold_bias(out[:r] + [load, copy] + [s for k, s in enumerate(between, r + 1)
+                                                     if k != loads[0]] + out[i + 1:])
+    return out
+
+
+def _is_reset_of(s: Stmt, buffer: Buffer) -> bool:
+    g = _gemm_nest(s)
+    return g is not None and g.reset and g.src is None and g.dst.buffer is buffer
+
+
+def _reset_before(body: list[Stmt], i: int, buffer: Buffer) -> int | None:
+    """The index of the reset nest of ``buffer`` before ``body[i]``, with nothing but GEMM
+    accumulations into it in between."""
+    for k in range(i - 1, -1, -1):
+        if _is_reset_of(body[k], buffer):
+            return k
+        if not _only_accumulates(body[k], buffer):
+            return None
+    return None
+
+
+def _only_accumulates(s: Stmt, buffer: Buffer) -> bool:
+    """``buffer`` is touched in ``s`` by GEMMs accumulating into it, if at all."""
+    for node in stmts(s):
+        if isinstance(node, Gemm) and node.dst.buffer is buffer:
+            if node.reset or (node.src is not None and node.src.buffer is buffer):
+                return False
+        elif isinstance(node, (Gemm, Alu, DmaCopy, Store)) and _touches(node, buffer):
+            return False
+    return True
+
+
+def _loads_acc(s: Stmt, buffer: Buffer) -> bool:
+    """``s`` is a (nest of) LOAD ACC into ``buffer`` and nothing else."""
+    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    return isinstance(inner, DmaCopy) and not inner.store and inner.mem_type is MemType.ACC \
+        and inner.sram.buffer is buffer
+
+
+def _moved_index(add_nest: Stmt, reset_nest: Stmt, add: Alu) -> Expr | None:
+    """The ADD's source index in the reset nest's loop variables, when the two nests have
+    loops of the same extents and the same destination index under that renaming."""
+    add_loops = perfect_nest(add_nest)[0] if isinstance(add_nest, For) else []
+    reset_loops, reset = perfect_nest(reset_nest) if isinstance(reset_nest, For) \
+        else ([], reset_nest)
+    if [lp.extent for lp in add_loops] != [lp.extent for lp in reset_loops]:
+        return None
+    mapping: dict[Var, Expr] = {a.var: b.var for a, b in zip(add_loops, reset_loops,
+                                                            strict=True)}
+    try:
+        same = to_affine(substitute(add.dst.index, mapping)) == to_affine(reset.dst.index)
+    except NotAffine:
+        return None
+    assert add.src is not None
+    return substitute(add.src.index, mapping) if same else None
 
 
 def store_requant(func: PrimFunc, cfg: HwConfig) -> PrimFunc:

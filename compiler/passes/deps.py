@@ -100,9 +100,9 @@ def _access(node: Stmt) -> _Access:
                 add(acc.writes, inner.sram.buffer, m)
         elif isinstance(inner, Gemm):
             add(acc.writes, inner.dst.buffer, m)
+            add(acc.reads, inner.src.buffer if inner.src else None, m)   # a copying reset too
             if not inner.reset:
                 add(acc.reads, inner.dst.buffer, m)
-                add(acc.reads, inner.src.buffer if inner.src else None, m)
                 add(acc.reads, inner.wgt.buffer if inner.wgt else None, m)
         elif isinstance(inner, Alu):
             add(acc.writes, inner.dst.buffer, m)
