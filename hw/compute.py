@@ -30,10 +30,15 @@ block per lane instead of four, and the LUT cross terms' adder tree split betwee
 The GEMM reads ``acc[dst]`` three cycles before writing it: the result of the micro-op three
 ahead, written at the read's edge, is taken from the write port's data (``acc_bypass``: the acc
 port is not transparent), and the results of the two just ahead are forwarded, so no
-read-after-write hazard exists at one micro-op per cycle. The ALU reads twice
-through the same port, hence ``alu.ii >= 2``; an operand read before a micro-op ahead wrote it
-is forwarded from that one's result. An instruction of ``n`` micro-ops takes ``1 + n * ii + depth``
-cycles (``accel.machine.costs``): the last micro-op is issued ``(n - 1) * ii`` cycles after decode,
+read-after-write hazard exists at one micro-op per cycle (a reset from acc reads and forwards
+its source the same way). The ALU reads twice through the same port when its operand is an acc
+tile, so such an instruction issues every other cycle at least; one with an immediate reads
+once and issues every cycle at ``alu.ii`` 1 (``accel.machine.costs.alu_ii``). An operand read
+before a micro-op two to five ahead wrote it is forwarded from that one's result; the one just
+ahead (possible only at ``alu.ii`` 1) is still forming its result, so fsim rejects an immediate
+operation whose consecutive micro-ops write one tile at that interval. An instruction of ``n``
+micro-ops takes ``1 + n * ii + depth`` cycles (``accel.machine.costs``): the last micro-op is
+issued ``(n - 1) * ii`` cycles after decode,
 its result is formed 6 (ALU: 7) cycles later and written at the end of the next
 (:func:`hw.params.writeback_stage`), and the module waits out the rest of the drain. At
 the shortest depths the last result is written two cycles after the instruction's last
@@ -732,10 +737,11 @@ class Compute(wiring.Component):
         bases, with the loop fields of the decode cycle (``nw``) they start from."""
         cfg = self._p.cfg
         widths = self._loop_widths()
-        max_ii = max(cfg.gemm.ii, cfg.alu.ii)
+        alu_ii = max(cfg.alu.ii, 2)             # with an acc operand (costs.alu_ii)
+        max_ii = max(cfg.gemm.ii, alu_ii)
         issuing = Signal()
         wait = Signal(range(max_ii))
-        drain = Signal(range(max(cfg.gemm.ii + cfg.gemm.depth, cfg.alu.ii + cfg.alu.depth)))
+        drain = Signal(range(max(cfg.gemm.ii + cfg.gemm.depth, alu_ii + cfg.alu.depth)))
         draining = Signal()
         # Loop counters and the bases i * factor_out, j * factor_in.
         u_q = Signal(widths["bgn"])
@@ -795,6 +801,12 @@ class Compute(wiring.Component):
             base = {k: Value.cast(base_q[k]) for k in _FACTORS}
             stepped = {k: base_q[k] + held[k] for k in _FACTORS}
         last = u_wrap & j_wrap & i_wrap
+        # The ALU's interval (``accel.machine.costs.alu_ii``): at ``alu.ii`` 1 an immediate
+        # operation issues every cycle, one with an acc operand every other (two reads).
+        ii_alu: Value | int = cfg.alu.ii
+        if cfg.alu.ii < 2:
+            use_imm = ctrl.insn.alu.use_imm if decode else loop.use_imm_q
+            ii_alu = Mux(use_imm, cfg.alu.ii, 2)
         # The kernel goes on, or wraps and the inner loop steps, or both wrap and the
         # outer loop steps.
         kernel = {"u_q": u_next, "u_last_q": u_last_next, "j_q": j, "i_q": i,
@@ -811,10 +823,10 @@ class Compute(wiring.Component):
         issued = {name: Mux(~u_wrap, v, Mux(~j_wrap, inner[name], outer[name]))
                   for name, v in kernel.items()}
         issued.update({
-            "wait": Mux(alu, cfg.alu.ii, cfg.gemm.ii) - 1,
+            "wait": Mux(alu, ii_alu, cfg.gemm.ii) - 1,
             "issuing": ~last,
             "draining": last | draining,
-            "drain": Mux(last, Mux(alu, cfg.alu.ii + cfg.alu.depth - 1,
+            "drain": Mux(last, Mux(alu, ii_alu + cfg.alu.depth - 1,
                                    cfg.gemm.ii + cfg.gemm.depth - 1), drain),
         })
         if decode:

@@ -197,8 +197,8 @@ def check_rtl_config(cfg: HwConfig) -> None:
         :data:`WRITEBACK_STAGE` cycles after the micro-op issues, the last at most
         :data:`WRITE_AFTER_LAST` cycles after the instruction's last, so
         ``depth >= stage - ii - late``: 7 - 1 - 2 = 4 for GEMM at ii 1, 8 - 2 - 2 = 4 for the
-        ALU at ii 2);
-        ``alu.ii`` below 2 (the ALU reads the acc buffer twice per micro-op through one port);
+        ALU at ii 2, 8 - 1 - 2 = 5 at ii 1, where immediate operations issue every cycle and
+        those with an acc operand every other, ``accel.machine.costs.alu_ii``);
         ``dram.latency`` of 0 (the DRAM port is registered: data comes at least one cycle after
         the request).
     """
@@ -212,11 +212,6 @@ def check_rtl_config(cfg: HwConfig) -> None:
                 f"written {stage} cycles after the micro-op issues, at most {late} after the "
                 f"instruction's last cycle), not {p.depth}"
             )
-    if cfg.alu.ii < 2:
-        raise ValueError(
-            f"alu.ii must be at least 2 (two acc reads per micro-op through one port), "
-            f"not {cfg.alu.ii}"
-        )
     if cfg.dram.latency < 1:
         raise ValueError(
             f"dram.latency must be at least 1 cycle for the registered DRAM port, "

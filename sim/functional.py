@@ -271,6 +271,19 @@ class FunctionalSimulator:
                 f"the buffer of depth {depth}"
             )
 
+    @staticmethod
+    def _check_back_to_back(insn: Insn, index: int, dst: np.ndarray) -> None:
+        """At ``alu.ii`` 1 an immediate ALU operation's consecutive micro-ops write different
+        tiles: the ALU forwards a result to the micro-op two behind at the earliest."""
+        same = np.flatnonzero(dst[1:] == dst[:-1])
+        if same.size:
+            k = int(same[0])
+            raise SimulationError(
+                f"instruction {index} ({count_key(insn)}): micro-ops {k} and {k + 1} both "
+                f"write acc[{int(dst[k])}], back to back, which an immediate ALU operation "
+                f"at alu.ii 1 cannot do (its result reaches the micro-op two behind at the "
+                f"earliest)")
+
     def _plan(self, insn: GemmInsn | AluInsn, index: int) -> _LoopPlan:
         """The index plan of a micro-op loop, range-checked; cached until the next LOAD UOP."""
         is_gemm = isinstance(insn, GemmInsn)
@@ -306,6 +319,8 @@ class FunctionalSimulator:
             self._check_range(insn, index, "acc dst", dst, cfg.acc_depth)
             if not insn.use_imm:
                 self._check_range(insn, index, "acc src", src, cfg.acc_depth)
+            elif cfg.alu.ii == 1:
+                self._check_back_to_back(insn, index, dst)
             ordered = _alu_vectorisable(dst, src, insn.use_imm, cfg.acc_depth)
             plan = _LoopPlan(dst, src, None, None, None, None, ordered)
         if len(self._plans) >= 4096:

@@ -121,8 +121,10 @@ def test_rtl_config_checks(tiny: HwConfig) -> None:
             "not 3")):
         check_rtl_config(tiny.replace(**{"alu.depth": 3}))
     with pytest.raises(ValueError, match=re.escape(
-            "alu.ii must be at least 2 (two acc reads per micro-op through one port), not 1")):
-        check_rtl_config(tiny.replace(**{"alu.ii": 1, "alu.depth": 8}))
+            "alu.depth must be at least 5 cycles for ii=1 (results are written 8 cycles "
+            "after the micro-op issues, at most 2 after the instruction's last cycle), "
+            "not 4")):
+        check_rtl_config(tiny.replace(**{"alu.ii": 1}))
     with pytest.raises(ValueError, match=re.escape(
             "dram.latency must be at least 1 cycle for the registered DRAM port, not 0")):
         Accelerator(tiny.replace(**{"dram.latency": 0}))

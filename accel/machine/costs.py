@@ -40,10 +40,14 @@ full when the entries it held at the start of the cycle plus those put since rea
 GEMM and ALU: one decode cycle, one micro-op every ``ii`` cycles, then the pipeline drains::
 
     gemm = 1 + n_uops * gemm.ii + gemm.depth
-    alu  = 1 + n_uops * alu.ii  + alu.depth
+    alu  = 1 + n_uops * ii_alu  + alu.depth
+    ii_alu = alu.ii                 (an immediate operand: one acc read per micro-op)
+           = max(alu.ii, 2)         (an acc operand: two reads through the one read port)
 
 where ``n_uops = iter_out * iter_in * (uop_end - uop_bgn)``; an empty loop costs only the
-decode cycle. FINISH costs the decode cycle.
+decode cycle. FINISH costs the decode cycle. At ``alu.ii`` 1 an immediate ALU instruction's
+consecutive micro-ops must write different acc tiles (the ALU forwards a result to the
+micro-op two behind it at the earliest; fsim rejects the program otherwise).
 
 The compute module reads each micro-op a cycle before it issues it, the first one in the cycle
 before the decode, at the ``uop_bgn`` of the instruction then in front of the command queue.
@@ -78,6 +82,7 @@ __all__ = [
     "QUEUE_FULL_RESUME_CYCLES",
     "UOP_PREFETCH_MISS_CYCLES",
     "alu_cycles",
+    "alu_ii",
     "dram_cycles",
     "fetch_batch_size",
     "fetch_cycles",
@@ -177,10 +182,16 @@ def gemm_cycles(insn: GemmInsn, cfg: HwConfig) -> int:
 
 
 def alu_cycles(insn: AluInsn, cfg: HwConfig) -> int:
-    """Cycles of an ALU instruction: decode, one micro-op per ``alu.ii``, pipeline drain."""
+    """Cycles of an ALU instruction: decode, one micro-op per :func:`alu_ii`, pipeline drain."""
     if not insn.n_uops:
         return DECODE_CYCLES
-    return DECODE_CYCLES + insn.n_uops * cfg.alu.ii + cfg.alu.depth
+    return DECODE_CYCLES + insn.n_uops * alu_ii(insn.use_imm, cfg) + cfg.alu.depth
+
+
+def alu_ii(use_imm: bool, cfg: HwConfig) -> int:
+    """The ALU's initiation interval for an instruction: ``alu.ii`` with an immediate operand
+    (one acc read per micro-op), at least 2 with an acc operand (two reads, one port)."""
+    return cfg.alu.ii if use_imm else max(cfg.alu.ii, 2)
 
 
 def insn_compute_cycles(insn: Insn, cfg: HwConfig) -> int:

@@ -22,6 +22,7 @@ DRAM. ``pick(lo, hi)`` chooses an integer in ``[lo, hi]``: a numpy generator or 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -52,6 +53,14 @@ def _loop(pick: Pick, span: int, io: int, ii: int) -> tuple[int, int]:
 def _index(pick: Pick, span: int, io: int, ii: int, fo: int, fi: int) -> int:
     """A micro-op index whose loop offsets stay below ``span``."""
     return pick(0, span - 1 - (io - 1) * fo - (ii - 1) * fi)
+
+
+def _back_to_back(kernel: list[tuple[int, int, int]], io: int, ii: int,
+                  factors: tuple[int, int]) -> bool:
+    """Whether two consecutive micro-ops of the loop write the same acc tile."""
+    dst = [d + i * factors[0] + j * factors[1]
+           for i in range(io) for j in range(ii) for d, _, _ in kernel]
+    return any(a == b for a, b in itertools.pairwise(dst))
 
 
 def random_program(cfg: HwConfig, pick: Pick, iterations: int = 3,
@@ -126,6 +135,8 @@ def random_program(cfg: HwConfig, pick: Pick, iterations: int = 3,
         if kind == 2:
             op = AluOp(pick(0, 4))
             use_imm = bool(pick(0, 1))
+            if use_imm and cfg.alu.ii == 1 and _back_to_back(kernel, io, ii, f["acc"]):
+                use_imm = False     # not at interval 1 (accel.machine.costs)
             imm = (pick(-31, 31) if op is AluOp.SHR else pick(-300, 300)) if use_imm else 0
             b.alu(op, use_imm=use_imm, imm=imm, **fields)
         else:
