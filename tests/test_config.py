@@ -108,7 +108,7 @@ REJECTIONS = [
     (
         CORE + "bogus: 1\n",
         "bogus: unknown key; expected one of alu, buffers, clock_mhz, core, description, "
-        "dram, gemm, isa, precision, queues",
+        "dram, energy, gemm, isa, precision, queues",
     ),
     (
         CORE + "buffers: {inpp: 1024}\n",
