@@ -4,8 +4,12 @@ Accelerator nodes (``target == "accel"``: conv2d, dense) run as compiled program
 backend (:mod:`runtime.backends`); their outputs stay in the accelerator's blocked layout while
 the next node is also on the accelerator, and are converted only at partition boundaries
 (``layout_pack`` / ``layout_unpack`` nodes, or on demand). Every other node runs on the fallback
-kernels (numpy on the CPU, or CuPy on a GPU). Each node's cycles, utilisation, DRAM traffic and
-stalls (accelerator) or wall time (fallback) go into a :class:`RunReport`.
+kernels (numpy on the CPU, or CuPy on a GPU). Each node's cycles, utilisation, DRAM traffic,
+stalls and energy (accelerator) or wall time (fallback) go into a :class:`RunReport`.
+
+Energy (``sim`` and ``rtl``; :mod:`accel.machine.energy` with the config's table) is the
+accelerator's only: the fallback layers' is not estimated. Picojoules per MAC and TOPS/W count
+the network's MACs (a layer's logical MACs, not the padded ones the GEMM core performs).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import numpy as np
 
 from accel.machine.config import HwConfig
 from accel.machine.dram import pack_weight, unpack_activation
+from accel.machine.energy import COMPONENTS
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import blocked_layout, parse_layout
 from compiler.graph.reference import run_node, to_logical, to_physical
@@ -55,6 +60,12 @@ class LayerReport:
     stalls: dict[str, dict[str, int]] = field(default_factory=dict)
     wall_ms: float = 0.0
     check: bool | None = None
+    energy_uj: float | None = None
+    """The accelerator's energy for this layer (None on fsim and for fallback layers)."""
+    pj_per_mac: float | None = None
+    """``energy_uj`` per MAC of the layer (None without MACs)."""
+    energy: dict[str, float] = field(default_factory=dict)
+    """Microjoules by component (:data:`accel.machine.energy.COMPONENTS`)."""
 
 
 @dataclass
@@ -70,6 +81,8 @@ class RunReport:
     check: bool | None = None
     memory_plan: dict[str, Any] = field(default_factory=dict)
     traces: list[tuple[str, int, Any]] = field(default_factory=list, repr=False)
+    batch: int = 1
+    """Inferences in the run (the input's batch): energy per inference divides by it."""
 
     @property
     def accel_cycles(self) -> int:
@@ -89,6 +102,29 @@ class RunReport:
         accel = sum(layer.macs for layer in self.layers if layer.target == "accel")
         return accel / total if total else 0.0
 
+    def energy_totals(self) -> dict[str, Any]:
+        """The accelerator's energy over the run: ``energy_uj``, ``energy_uj_per_inference``,
+        ``energy_components_uj``, ``pj_per_mac`` and ``tops_per_w`` (over the accelerated
+        layers' MACs, two ops each) and ``power_mw`` at the config's clock; all None when the
+        backend gives no energy (fsim)."""
+        accel = [layer for layer in self.layers if layer.target == "accel"]
+        if not accel or any(layer.energy_uj is None for layer in accel):
+            return dict.fromkeys(("energy_uj", "energy_uj_per_inference",
+                                  "energy_components_uj", "pj_per_mac", "tops_per_w",
+                                  "power_mw"))
+        uj = sum(layer.energy_uj or 0.0 for layer in accel)
+        macs = sum(layer.macs for layer in accel)
+        seconds = self.accel_cycles / (self.clock_mhz * 1e6)
+        return {
+            "energy_uj": uj,
+            "energy_uj_per_inference": uj / max(self.batch, 1),
+            "energy_components_uj": {c: sum(layer.energy.get(c, 0.0) for layer in accel)
+                                     for c in COMPONENTS},
+            "pj_per_mac": uj * 1e6 / macs if macs else None,
+            "tops_per_w": 2 * macs / (uj * 1e-6) / 1e12 if uj else None,
+            "power_mw": uj * 1e-6 / seconds * 1e3 if seconds else None,
+        }
+
     def totals(self) -> dict[str, Any]:
         return {
             "accel_cycles": self.accel_cycles if self.backend != "fsim" else None,
@@ -97,6 +133,8 @@ class RunReport:
             "offloaded_mac_share": self.offloaded_mac_share,
             "layers": len(self.layers),
             "accel_layers": sum(layer.target == "accel" for layer in self.layers),
+            "batch": self.batch,
+            **self.energy_totals(),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,16 +154,19 @@ class RunReport:
 
         cols = ["name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
                 "milliseconds", "gemm_utilization", "dram_kb", "dram_bytes_per_cycle",
-                "dram_bandwidth_share", "largest_stall", "wall_ms", "check"]
+                "dram_bandwidth_share", "largest_stall", "wall_ms", "check", "energy_uj",
+                "pj_per_mac"]
+        parts = [f"energy_{c}_uj" for c in COMPONENTS]
         buf = io.StringIO()
         writer = csv.writer(buf)
-        writer.writerow(cols)
+        writer.writerow(cols + parts)
         for layer in self.layers:
             row = asdict(layer)
             writer.writerow(["x".join(map(str, s)) if k == "output_shape" else
                              ";".join("x".join(map(str, t)) for t in row[k])
                              if k == "input_shapes" else row[k] for k in cols
-                             for s in [row[k]]])
+                             for s in [row[k]]]
+                            + [layer.energy.get(c) for c in COMPONENTS])
         _atomic_write(Path(path), buf.getvalue())
 
     def write_trace(self, path: str | Path) -> None:
@@ -340,7 +381,8 @@ class Executable:
         if device.caps.name == "sim":
             prefetch_timing([op.program for op in self.compiled.values()], self.cfg, trace)
         report = RunReport(g.name, self.cfg.name, backend, fallback, self.cfg.clock_mhz, [],
-                           memory_plan=dict(g.attrs.get("memory_plan", {})))
+                           memory_plan=dict(g.attrs.get("memory_plan", {})),
+                           batch=int(g.values[g.inputs[0]].shape[0]) if g.inputs else 1)
         checks: list[bool] = []
         for k, node in enumerate(g.nodes):
             if progress is not None:
@@ -406,6 +448,11 @@ class Executable:
             env[node.outputs[0]] = out_blocked if out_t.layout not in ("NCHW", "NC") else \
                 self._unblock(out_blocked, out_t.shape)
             stats = result.stats
+            energy = result.energy(self.cfg)
+            if energy is not None:
+                layer.energy_uj = energy.total_uj
+                layer.pj_per_mac = energy.total_pj / layer.macs if layer.macs else None
+                layer.energy = {c: v * 1e-6 for c, v in energy.components.items()}
             if device.caps.timed:
                 layer.cycles = result.cycles
                 layer.milliseconds = result.cycles / (self.cfg.clock_mhz * 1000.0)

@@ -311,3 +311,30 @@ def test_counts_equal_fsim_and_sim_on_a_compiled_layer(cfg: HwConfig) -> None:
     check_counts(op.program, image)
     stats = accel.run_program(op.program, image, backend="sim").stats
     assert stats.actions.macs == wl.macs
+
+
+# ---------------------------------------------------------------------- command line
+def test_config_show_lists_the_energies(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from accel.cli import main
+
+    assert main(["config", "show", "tiny", "--json"]) == 0
+    energy = json.loads(capsys.readouterr().out)["energy"]
+    want = action_energies(load_config("tiny"))
+    assert energy["table"] == str(energy_dir() / "45nm.yaml") and energy["node_nm"] == 45
+    assert energy["pj"]["read"]["wgt"] == pytest.approx(want.read["wgt"], abs=1e-4)
+    assert energy["pj"]["mac"] == pytest.approx(0.3)
+    assert energy["sram_kb"] == pytest.approx(sram_kb(load_config("tiny")), abs=1e-3)
+
+
+def test_config_validate_rejects_a_bad_table_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.cli import main
+
+    path = write(tmp_path, "core: {batch: 1, block_in: 8, block_out: 8}\n"
+                           "energy: {dram: {pj_per_byte: -5}}\n")
+    assert main(["config", "validate", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"accel: error: {path}: energy.dram.pj_per_byte: expected a non-negative number, "
+        "got int -5\n")
