@@ -15,13 +15,14 @@ def add_parsers(subparsers: Any) -> None:
     from accel.plots import AREA_METRICS, KINDS
 
     p = subparsers.add_parser(
-        "plot", help="plot a sweep's results: utilisation, stalls, roofline, Pareto, timeline")
+        "plot", help="plot a sweep's results: utilisation, stalls, roofline, Pareto, timeline, "
+                     "energy (breakdown, energy-delay and energy-area fronts)")
     p.add_argument("dir", help="a sweep output directory (holding results.csv)")
     p.add_argument("--kind", action="append", choices=KINDS,
                    help="plot kind; repeat for several (default: all that the results allow)")
     p.add_argument("--out", default=None, help="output folder (default DIR/plots)")
     p.add_argument("--area", default="luts", choices=sorted(AREA_METRICS),
-                   help="area axis of the Pareto plot (default luts)")
+                   help="area axis of the pareto and energy_area plots (default luts)")
     p.add_argument("--trace", default=None,
                    help="Chrome trace for the timeline (default: the slowest point's trace "
                         "in DIR/traces)")
