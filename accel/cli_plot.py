@@ -67,8 +67,10 @@ def cmd_waveform(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """Draw the requested kinds; print one line per file written and per kind skipped."""
-    from accel.plots import KINDS, plot_all
+    """Draw the requested kinds; print one line per file written and per kind skipped, and
+    the energy-delay front's configs when that plot was drawn."""
+    from accel.dse import read_results
+    from accel.plots import KINDS, energy_front, plot_all
 
     kinds = args.kind or list(KINDS)
     written, skipped = plot_all(Path(args.dir), kinds, Path(args.out) if args.out else None,
@@ -76,6 +78,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
                                 max_cycles=args.max_cycles)
     for path in written:
         print(f"wrote {path}")
+    if any(path.name == "energy_delay.png" for path in written):
+        print("energy-delay Pareto front (energy and cycles of the whole workload):")
+        for k, f in enumerate(energy_front(read_results(Path(args.dir))), 1):
+            print(f"  {k}. {f['label']}: {f['uj']:.1f} uJ, {f['cycles']:,} cycles "
+                  f"({f['ms']:.2f} ms)  [{f['config']}]")
     for note in skipped:
         print(f"skipped {note}", file=sys.stderr)
     if not written:

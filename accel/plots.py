@@ -33,7 +33,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "WAVEFORM_SIGNALS", "PlotError", "energy_totals", "pareto_front", "plot_all",
+__all__ = ["KINDS", "WAVEFORM_SIGNALS", "PlotError", "energy_front", "energy_totals",
+           "pareto_front", "plot_all",
            "plot_energy", "plot_energy_area", "plot_energy_delay", "plot_pareto",
            "plot_roofline", "plot_stalls", "plot_timeline", "plot_utilization", "plot_waveform"]
 
@@ -511,8 +512,8 @@ def _match(name: str, pattern: str) -> bool:
 
 def energy_totals(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per config whose every row is ok and has energy: the workload's total energy
-    (``uj``), latency (``ms``), energy by component (``parts``, microjoules), and one of its
-    rows (``row``, for labels and area), in the sweep's order."""
+    (``uj``), latency (``ms``) and ``cycles``, energy by component (``parts``, microjoules),
+    and one of its rows (``row``, for labels and area), in the sweep's order."""
     out: dict[str, dict[str, Any]] = {}
     broken: set[str] = set()
     for r in sorted(rows, key=lambda r: r.get("point_index") or 0):
@@ -521,13 +522,27 @@ def energy_totals(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 or r.get("milliseconds") is None:
             broken.add(c)
             continue
-        entry = out.setdefault(c, {"uj": 0.0, "ms": 0.0, "row": r,
+        entry = out.setdefault(c, {"uj": 0.0, "ms": 0.0, "cycles": 0, "row": r,
                                    "parts": dict.fromkeys((k for k, _ in ENERGY_PARTS), 0.0)})
         entry["uj"] += float(r["energy_uj"])
         entry["ms"] += float(r["milliseconds"])
+        entry["cycles"] += int(r.get("cycles") or 0)
         for k, _ in ENERGY_PARTS:
             entry["parts"][k] += float(r.get(f"energy.{k}") or 0.0)
     return {c: t for c, t in out.items() if c and c not in broken}
+
+
+def energy_front(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The energy-delay Pareto front of a sweep's configs (no other config has both less
+    energy and less latency for the workload), by latency: each config's ``config``
+    (canonical name), ``label`` (its axis values), ``uj``, ``ms`` and ``cycles``."""
+    totals = energy_totals(rows)
+    names = list(totals)
+    labels = _labels(t["row"] for t in totals.values())
+    front = pareto_front([(totals[c]["ms"], totals[c]["uj"]) for c in names])
+    return [{"config": names[i], "label": labels[names[i]], "uj": totals[names[i]]["uj"],
+             "ms": totals[names[i]]["ms"], "cycles": totals[names[i]]["cycles"]}
+            for i in front]
 
 
 def _energy_rows(rows: Sequence[dict[str, Any]], kind: str, source: str,

@@ -126,3 +126,38 @@ def test_sweep_of_a_base_with_its_own_table(tmp_path: Path, tiny: HwConfig) -> N
     assert row["energy_uj"] == pytest.approx(plain["energy_uj"] - plain["energy.dram"])
     assert (load_spec(tmp_path / "free" / "sim.yaml").digest
             != load_spec(tmp_path / "plain" / "sim.yaml").digest)
+
+
+def test_plot_command_prints_the_energy_delay_front(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from accel.cli import main
+    from accel.plots import energy_front
+
+    spec = load_spec(write(tmp_path / "two.yaml", """\
+base: tiny
+axes:
+  core.block_in+core.block_out: [[4, 4], [8, 8]]
+  dram.bytes_per_cycle: [8, 16]
+workloads:
+  - conv2d: {name: a, in_channels: 16, size: 8, out_channels: 16, kernel: 3}
+metrics: [cycles, energy]
+"""))
+    run_sweep(spec, tmp_path / "out", workers=1, quiet=True)
+    rows = read_results(tmp_path / "out")
+    assert main(["plot", str(tmp_path / "out"), "--kind", "energy_delay"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    front = energy_front(rows)
+    assert lines[2] == "energy-delay Pareto front (energy and cycles of the whole workload):"
+    assert lines[3:] == [f"  {k}. {f['label']}: {f['uj']:.1f} uJ, {f['cycles']:,} cycles "
+                         f"({f['ms']:.2f} ms)  [{f['config']}]"
+                         for k, f in enumerate(front, 1)]
+    by = {r["config_name"]: r for r in rows}
+    for f in front:                          # nothing beats a front config on both counts
+        assert not any(r["energy_uj"] < f["uj"] and r["milliseconds"] < f["ms"]
+                       for r in by.values())
+        assert f["cycles"] == by[f["config"]]["cycles"]
+    assert main(["plot", str(tmp_path / "out"), "--kind", "energy_area"]) == 2
+    assert capsys.readouterr().err == (
+        f"accel: error: {tmp_path / 'out' / 'results.csv'}: the energy_area plot needs "
+        "column(s) area.luts, which the sweep did not record (add 'area' to the spec's "
+        "metrics)\n")
