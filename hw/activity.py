@@ -7,7 +7,12 @@ to the design: the Amaranth engine reads the signals from its testbench
 (:class:`AmaranthCounters`), the Verilator engine counts them in the simulation wrapper
 through hierarchical references (:func:`verilog_counters`, ``hw.verilator.wrapper_verilog``).
 A run counts its cycles 0 up to the one FINISH retires in, the timing simulator's
-``SimStats.cycles`` of them.
+``SimStats.cycles`` of them. A GEMM or ALU result is written up to
+``hw.params.WRITE_AFTER_LAST`` cycles after its instruction's last cycle, which may be after
+FINISH's (FINISH may decode in the next cycle): the acc and out writes of results are counted
+a cycle ahead of their write enable, where the result is formed (``compute.wb_valid``, which
+``compute.w_valid`` registers unless LOAD ACC is writing), at most a cycle after the
+instruction's last, so within the run.
 
 :func:`probes` lists them, each under the :class:`accel.machine.actions.ActionCounts` count it
 checks (that module's docstring defines every count by these signals); :func:`action_counts`
@@ -60,6 +65,8 @@ def probes(cfg: HwConfig) -> tuple[Probe, ...]:
     gemm = (("compute.alu_q", 0), ("compute.reset_q", 0))
     alu = (("compute.alu_q", 1),)
     acc_read = writeback_stage(cfg, "gemm") - 3    # stage of the GEMM's acc[dst] read
+    # A result's write, in the cycle before its write enable (module docstring).
+    result = (("compute.engine.writing_acc", 0),)
     out: list[Probe] = [
         Probe("gemm_uops", "compute.v1", gemm),
         Probe("gemm_reset_uops", "compute.v1", (("compute.alu_q", 0), ("compute.reset_q", 1))),
@@ -71,9 +78,9 @@ def probes(cfg: HwConfig) -> tuple[Probe, ...]:
         Probe("reads.acc", f"compute.v{acc_read}", gemm),
         Probe("reads.acc", "compute.v3", alu),
         Probe("reads.acc", "compute.v2", (*alu, ("compute.use_imm_q", 0))),
-        Probe("writes.acc", "compute.w_valid"),
+        Probe("writes.acc", "compute.wb_valid", result),
         Probe("writes.acc", "compute.w_load"),
-        Probe("writes.out", "compute.w_valid"),
+        Probe("writes.out", "compute.wb_valid", result),
         Probe("writes.uop", "compute.engine.wr_uop__en"),
         Probe("writes.inp", "load.wr_inp__en"),
         Probe("writes.wgt", "load.wr_wgt__en"),
@@ -173,45 +180,34 @@ class AmaranthCounters:
     """
 
     def __init__(self, cfg: HwConfig, design: Any) -> None:
-        from amaranth.hdl import Cat
-
         names: dict[tuple[tuple[str, ...], str], Any] = {}
         for info in design.fragments.values():
             for signal, name in info.signal_names.items():
                 names.setdefault((tuple(info.name[1:]), name), signal)
-
-        def find(path: str) -> Any:
+        self.probes = probes(cfg)
+        paths = list(dict.fromkeys(path for p in self.probes
+                                   for path in (p.signal, *(w for w, _ in p.when))))
+        self._signals = []
+        for path in paths:
             *where, name = path.split(".")
             signal = names.get((tuple(where), name))
             if signal is None:
                 raise RuntimeError(f"RTL counter: no signal {path} in the design (hw.activity "
                                    "names it)")
-            return signal
-
-        self.probes = probes(cfg)
-        parts, self._fields = [], []
-        offset = 0
-        for p in self.probes:
-            conds = [find(path) == v for path, v in p.when]
-            cond = Cat(*conds).all() if conds else None
-            signal = find(p.signal)
-            width = len(signal)
-            if cond is not None:
-                parts.append(cond)
-            parts.append(signal)
-            self._fields.append((offset, cond is not None, width, p.mode == "ones"))
-            offset += width + (cond is not None)
-        self._packed = Cat(*parts)
+            self._signals.append(signal)
+        # Per probe: the index of its signal, its conditions (index, value), whether it counts
+        # set bits. The signals are read one by one: Amaranth evaluates a compound value (a
+        # concatenation of them) by walking its tree on every read, several times slower.
+        at = {path: i for i, path in enumerate(paths)}
+        self._plan = [(at[p.signal], tuple((at[w], v) for w, v in p.when), p.mode == "ones")
+                      for p in self.probes]
         self.counts = [0] * len(self.probes)
 
     def sample(self, ctx: Any) -> None:
         """Add this cycle's counts (``ctx`` a testbench context)."""
-        bits = ctx.get(self._packed)
-        for i, (offset, has_cond, width, ones) in enumerate(self._fields):
-            if has_cond:
-                if not (bits >> offset) & 1:
-                    continue
-                offset += 1
-            v = (bits >> offset) & ((1 << width) - 1)
-            if v:
-                self.counts[i] += v.bit_count() if ones else v
+        values = [ctx.get(signal) for signal in self._signals]
+        counts = self.counts
+        for i, (signal, when, ones) in enumerate(self._plan):
+            v = values[signal]
+            if v and all(values[w] == want for w, want in when):
+                counts[i] += v.bit_count() if ones else v

@@ -128,3 +128,15 @@ def test_verilator_counts_default(cfg: HwConfig) -> None:
     for seed in range(2):
         check_rtl_counts(*random_program(cfg, numpy_pick(np.random.default_rng(seed))))
     check_rtl_counts(*conv_layer(cfg))
+
+
+def test_rtl_backend_energy_is_the_simulators(tiny: HwConfig) -> None:
+    """The rtl backend's energy comes from the RTL's own counts, and equals the timing
+    simulator's (same counts, same active cycles, same table)."""
+    from test_energy import hand_program
+
+    program, dram = hand_program(tiny)
+    sim = accel.run_program(program, dram.copy(), backend="sim")
+    rtl = accel.run_program(program, dram.copy(), backend="rtl", engine="amaranth")
+    assert rtl.energy(tiny) == sim.energy(tiny)
+    assert accel.run_program(program, dram.copy(), backend="fsim").energy(tiny) is None

@@ -29,11 +29,13 @@ Counted per instruction retired (:meth:`ActionCounts.add_insn`), from its fields
     ``compute.v5`` when the GEMM is deep, ``hw.params.gemm_deep``; ``alu_q`` and ``reset_q``
     low); per ALU micro-op, its destination (``compute.v3`` and ``alu_q``) and, without
     ``use_imm``, its source (``compute.v2``, ``alu_q``, ``compute.use_imm_q`` low).
-  - ``acc`` write: one per GEMM or ALU micro-op (``compute.w_valid``) and one per element
-    LOAD ACC writes, padding included (``compute.w_load``'s lanes).
+  - ``acc`` write: one per GEMM or ALU micro-op (the write enable ``compute.w_valid``,
+    counted a cycle ahead, as ``compute.wb_valid`` while ``compute.engine.writing_acc`` is
+    low: the last result may be written after FINISH's cycle) and one per element LOAD ACC
+    writes, padding included (``compute.w_load``'s lanes).
   - ``out`` write: one per GEMM or ALU micro-op (``compute.w_valid``, the out buffer's write
-    enable); ``out`` read: one per element a STORE sends (``store.engine``: ``step`` elements
-    in each cycle with ``sending`` and ``completes``).
+    enable, counted as for acc); ``out`` read: one per element a STORE sends
+    (``store.engine``: ``step`` elements in each cycle with ``sending`` and ``completes``).
   - ``inp``, ``wgt``, ``uop`` write: one per element a LOAD writes, padding included
     (``load.wr_inp__en``, ``load.wr_wgt__en``, ``compute.engine.wr_uop__en``); a zero-size
     LOAD writes none.
