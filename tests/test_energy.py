@@ -338,3 +338,12 @@ def test_config_validate_rejects_a_bad_table_in_one_line(
     assert capsys.readouterr().err == (
         f"accel: error: {path}: energy.dram.pj_per_byte: expected a non-negative number, "
         "got int -5\n")
+
+
+def test_a_program_file_does_not_carry_the_table(tiny: HwConfig) -> None:
+    """Programs do not depend on the energy table, and neither do their files' bytes."""
+    program, _ = hand_program(tiny)
+    other, _ = hand_program(tiny.replace(energy={"dram": {"pj_per_byte": 1.0}}))
+    assert other.config.energy != program.config.energy
+    assert other.to_bytes() == program.to_bytes()
+    assert Program.from_bytes(other.to_bytes()).config == tiny
