@@ -153,8 +153,7 @@ def verilog_counters(cfg: HwConfig, clear: str, clk: str = "clk") -> tuple[str, 
     ports, body = [], []
     for i, p in enumerate(probes(cfg)):
         ports.append(f"output reg [{COUNTER_BITS - 1}:0] cnt{i} = 0")
-        value = (f"$countones({_ref(p.signal)})" if p.mode == "ones"
-                 else f"{COUNTER_BITS}'({_ref(p.signal)})")
+        value = (f"$countones({_ref(p.signal)})" if p.mode == "ones" else _ref(p.signal))
         cond = " && ".join(f"({_ref(path)} == {v})" for path, v in p.when) or "1'b1"
         body.append(f"  always @(posedge {clk}) if ({clear}) cnt{i} <= 0; "
                     f"else if ({cond}) cnt{i} <= cnt{i} + {COUNTER_BITS}'({value});")

@@ -102,7 +102,7 @@ def test_verilog_counters_text(tiny: HwConfig) -> None:
     i = [p.count for p in activity.probes(tiny)].index("reads.out")
     assert (f"always @(posedge clk) if (start_q) cnt{i} <= 0; else if "
             f"((top.store.engine.sending == 1) && (top.store.engine.completes == 1)) "
-            f"cnt{i} <= cnt{i} + 64'(64'(top.store.engine.step));") in body
+            f"cnt{i} <= cnt{i} + 64'(top.store.engine.step);") in body
     assert "cnt0 <= cnt0 + 64'($countones(top.compute.v1));" in body
 
 
