@@ -59,8 +59,8 @@ def test_another_table_changes_the_energy_and_nothing_else(tiny: HwConfig,
         assert r1.energy.components[c] == pytest.approx(r0.energy.components[c] * factor), c
 
 
-def test_network_report_energy(tiny: HwConfig) -> None:
-    exe = accel.compile("resnet18", config=tiny, image_size=32)
+def test_network_report_energy(cfg: HwConfig) -> None:
+    exe = accel.compile("resnet18", config=cfg, image_size=32)
     x, _ = accel.sample_inputs(exe.graph, 0)
     _, report = exe.run(x, backend="sim")
     t = report.totals()
