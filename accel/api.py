@@ -20,6 +20,8 @@ class Report:
 
     ``cycles`` and ``gemm_utilization`` are None on ``fsim`` (no notion of time). ``bytes`` are
     DRAM bytes loaded per buffer and stored; ``stalls`` are cycles by module and cause.
+    ``energy`` is the run's :class:`accel.machine.energy.EnergyReport` with the config's energy
+    table (None on ``fsim``: leakage and the modules' clocks need time).
     """
 
     backend: str
@@ -33,6 +35,7 @@ class Report:
     insn_counts: dict[str, int]
     compile_seconds: float
     clock_mhz: float
+    energy: Any = None
 
     @property
     def milliseconds(self) -> float | None:
@@ -46,10 +49,13 @@ class Report:
             "gemm_utilization": self.gemm_utilization, "macs": self.macs,
             "bytes": dict(self.bytes), "stalls": {m: dict(s) for m, s in self.stalls.items()},
             "insn_counts": dict(self.insn_counts), "compile_seconds": self.compile_seconds,
+            "energy": None if self.energy is None else self.energy.to_dict(),
         }
 
 
-def _report(result: RunResult, compiled: Any, macs: int) -> Report:
+def _report(result: RunResult, compiled: Any, macs: int, cfg: HwConfig) -> Report:
+    """``cfg`` is the caller's config: a cached compiled op may carry an equal one with another
+    energy table (tables take no part in equality)."""
     from runtime.backends import find_backend
 
     caps = find_backend(result.backend).caps
@@ -71,7 +77,7 @@ def _report(result: RunResult, compiled: Any, macs: int) -> Report:
         knobs=compiled.knobs.to_dict(), cycles=result.cycles, gemm_utilization=util,
         macs=macs, bytes=moved, stalls=stalls,
         insn_counts=compiled.program.counts(), compile_seconds=compiled.compile_seconds,
-        clock_mhz=compiled.config.clock_mhz,
+        clock_mhz=compiled.config.clock_mhz, energy=result.energy(cfg),
     )
 
 
@@ -125,7 +131,7 @@ def conv2d(
     image = op.dram(**pack_conv2d_args(op, x, w, bias))
     result = run_program(op.program, image, config=cfg, backend=backend)
     y = op.read_output(image, (wl.batch, wl.out_channels, wl.out_height, wl.out_width))
-    return y, _report(result, op, wl.macs)
+    return y, _report(result, op, wl.macs, cfg)
 
 
 def matmul(
@@ -145,7 +151,7 @@ def matmul(
     image = op.dram(**pack_matmul_args(op, a, b, bias))
     result = run_program(op.program, image, config=cfg, backend=backend)
     y = op.read_output(image, (wl.m, wl.n, 1, 1))[:, :, 0, 0]
-    return y, _report(result, op, wl.macs)
+    return y, _report(result, op, wl.macs, cfg)
 
 
 def add(a: Any, b: Any, shift: int = 0, relu: bool = False,
@@ -163,7 +169,7 @@ def add(a: Any, b: Any, shift: int = 0, relu: bool = False,
     op = compile_add(wl, cfg, knobs)
     image = op.dram(**pack_add_args(op, a, b))
     result = run_program(op.program, image, config=cfg, backend=backend)
-    return op.read_output(image, wl.shape), _report(result, op, 0)
+    return op.read_output(image, wl.shape), _report(result, op, 0, cfg)
 
 
 # ---------------------------------------------------------------------- networks

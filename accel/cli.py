@@ -38,16 +38,34 @@ def _config(spec: str | None) -> HwConfig:
 
 
 # ---------------------------------------------------------------------- config
+def _energy_summary(cfg: HwConfig) -> dict[str, Any]:
+    """The config's energy table (where from) and its energies per action, in picojoules."""
+    from accel.machine.energy import action_energies, sram_kb
+
+    t = cfg.energy
+    per_action = {k: (round(v, 4) if isinstance(v, float)
+                      else {kk: round(vv, 4) for kk, vv in v.items()})
+                  for k, v in action_energies(cfg).to_dict().items()}
+    return {"table": t.source, "description": t.description,
+            "node_nm": t.technology.node_nm, "vdd": t.technology.vdd,
+            "sram_kb": round(sram_kb(cfg), 3), "pj": per_action}
+
+
 def cmd_config_show(args: argparse.Namespace) -> int:
     cfg = _config(args.config)
+    energy = _energy_summary(cfg)
     if args.json:
-        print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
+        print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived(),
+                          "energy": energy}, indent=2))
         return 0
     print(f"# {cfg.name}  (from {cfg.source})")
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None).rstrip())
     print("# derived")
     print(yaml.safe_dump({"derived": cfg.derived()}, sort_keys=False,
                          default_flow_style=None).rstrip())
+    print("# energy per action (pJ; read/write: per access, active: per cycle a module runs "
+          "an instruction, leakage: per cycle)")
+    print(yaml.safe_dump({"energy": energy}, sort_keys=False, default_flow_style=None).rstrip())
     return 0
 
 
@@ -113,11 +131,12 @@ def _fmt(value: Any, spec: str) -> str:
 
 
 def print_report(report: Any, out: Any = None) -> None:
-    """The per-layer table and the totals (columns as in layers.csv, docs/reference.md)."""
+    """The per-layer table and the totals (columns as in layers.csv, docs/reference.md;
+    energy: the accelerator's, by component)."""
     out = out or sys.stdout
     header = (f"{'layer':<22} {'op':<16} {'shape (out)':<17} {'target':<6} {'cycles':>10} "
               f"{'bound':>10} {'roof':>5} {'sim ms':>8} {'host ms':>8} {'util':>5} "
-              f"{'DRAM KiB':>8} {'bw':>4}  largest stall")
+              f"{'DRAM KiB':>8} {'bw':>4} {'uJ':>8} {'pJ/MAC':>7}  largest stall")
     print(header, file=out)
     print("-" * len(header), file=out)
     for layer in report.layers:
@@ -126,7 +145,8 @@ def print_report(report: Any, out: Any = None) -> None:
               f"{_fmt(layer.cycles, 'd'):>10} {_fmt(layer.bound_cycles, '.0f'):>10} "
               f"{_fmt(layer.roofline_efficiency, '.2f'):>5} {_fmt(layer.sim_ms, '.3f'):>8} "
               f"{_fmt(layer.host_ms, '.3f'):>8} {_fmt(layer.gemm_utilization, '.2f'):>5} "
-              f"{_fmt(layer.dram_kib, '.1f'):>8} {_fmt(layer.dram_bandwidth_share, '4.0%'):>4}  "
+              f"{_fmt(layer.dram_kib, '.1f'):>8} {_fmt(layer.dram_bandwidth_share, '4.0%'):>4} "
+              f"{_fmt(layer.energy_uj, '.2f'):>8} {_fmt(layer.pj_per_mac, '.1f'):>7}  "
               f"{layer.largest_stall or ''}", file=out)
     t = report.totals()
     print("-" * len(header), file=out)
@@ -140,6 +160,15 @@ def print_report(report: Any, out: Any = None) -> None:
     else:
         print(f"accelerator: functional only ({report.backend}, {report.config}); roofline "
               f"bound {t['bound_cycles']:.0f} cycles", file=out)
+    if t["energy_uj"] is not None:
+        parts = t["energy_components_uj"]
+        total = t["energy_uj"] or 1.0
+        print(f"energy: {t['energy_uj_per_inference']:.2f} uJ per inference, "
+              f"{_fmt(t['pj_per_mac'], '.2f')} pJ/MAC, {_fmt(t['tops_per_w'], '.3f')} TOPS/W, "
+              f"{_fmt(t['power_mw'], '.1f')} mW at {report.clock_mhz:g} MHz (accelerator only)",
+              file=out)
+        print("  by component (uJ): " + ", ".join(
+            f"{c} {v:.2f} ({100 * v / total:.0f}%)" for c, v in parts.items()), file=out)
     share = t.get("fallback_host_share")
     print(f"fallback ({report.fallback}): {t['fallback_host_ms']:.1f} ms host time"
           + (f" ({100 * share:.1f}% of the run's {t['run_host_ms'] / 1000:.2f} s)"

@@ -17,7 +17,8 @@ def add_parsers(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "plot", help="plot a sweep's results (utilisation, stalls, roofline, Pareto, "
-                     "timeline) or an accel run folder's (utilisation, stalls, timeline)")
+                     "timeline, energy: breakdown, energy-delay and energy-area fronts) or an "
+                     "accel run folder's (utilisation, stalls, timeline)")
     p.add_argument("dir", help="a sweep's --out folder (results.csv, traces/) or an accel run "
                                "--out folder (report.json, trace.json)")
     p.add_argument("--kind", action="append", choices=KINDS,
@@ -26,7 +27,7 @@ def add_parsers(subparsers: Any) -> None:
                    help="the folder to write the plots to (created when missing; default "
                         "DIR/plots)")
     p.add_argument("--area", default="luts", choices=sorted(AREA_METRICS),
-                   help="area axis of the Pareto plot (default luts)")
+                   help="area axis of the pareto and energy_area plots (default luts)")
     p.add_argument("--trace", default=None, metavar="FILE",
                    help="Chrome trace for the timeline (default: the slowest point's trace "
                         "in DIR/traces, or a run folder's trace.json)")
@@ -75,9 +76,11 @@ def cmd_waveform(args: argparse.Namespace) -> int:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    """Draw the requested kinds; print one line per file written and per kind skipped."""
+    """Draw the requested kinds; print one line per file written and per kind skipped, and
+    the energy-delay front's configs when that plot was drawn."""
     from accel.cli_util import EXIT_FAILED, CliError, check_out_dir, parse_window
-    from accel.plots import KINDS, plot_all
+    from accel.dse import read_results
+    from accel.plots import KINDS, energy_front, plot_all
 
     first, last = parse_window(args.window, "--window") if args.window else (0, None)
     if args.max_cycles is not None:  # the deprecated spelling: the first N cycles
@@ -93,6 +96,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
                                 first_cycle=first, failed=failed)
     for path in written:
         print(f"wrote {path}")
+    if any(path.name == "energy_delay.png" for path in written):
+        print("energy-delay Pareto front (energy and cycles of the whole workload):")
+        for k, f in enumerate(energy_front(read_results(Path(args.dir))), 1):
+            print(f"  {k}. {f['label']}: {f['uj']:.1f} uJ, {f['cycles']:,} cycles "
+                  f"({f['ms']:.2f} ms)  [{f['config']}]")
     for note in skipped:
         print(f"skipped {note}", file=sys.stderr)
     for note in failed:  # each kind fails alone, on its own line

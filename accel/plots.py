@@ -11,6 +11,10 @@ for empty cells) and writes one figure as PNG and SVG next to each other:
   each config's compute peak and DRAM bandwidth lines;
 - :func:`plot_pareto`: total latency of the workload against area (LUTs, DSPs, BRAMs or FFs
   from ``accel synth``), with the Pareto front marked;
+- :func:`plot_energy`: each config's energy for the workload, stacked by component (MAC, ALU,
+  each buffer, DRAM, control, leakage);
+- :func:`plot_energy_delay`: total energy against total latency, one marker per config, with
+  the Pareto front marked; :func:`plot_energy_area`: total energy against area;
 - :func:`plot_timeline`: a Gantt chart of fetch / load / compute / store activity from a Chrome
   trace written by the timing simulator;
 - :func:`plot_waveform`: a logic-analyser excerpt of RTL signals from a VCD file.
@@ -29,10 +33,17 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KINDS", "WAVEFORM_SIGNALS", "PlotError", "pareto_front", "plot_all", "plot_pareto",
+__all__ = ["KINDS", "WAVEFORM_SIGNALS", "PlotError", "energy_front", "energy_totals",
+           "pareto_front", "plot_all",
+           "plot_energy", "plot_energy_area", "plot_energy_delay", "plot_pareto",
            "plot_roofline", "plot_stalls", "plot_timeline", "plot_utilization", "plot_waveform"]
 
-KINDS = ("utilization", "stalls", "roofline", "pareto", "timeline")
+KINDS = ("utilization", "stalls", "roofline", "pareto", "timeline", "energy", "energy_delay",
+         "energy_area")
+ENERGY_PARTS = (("mac", "MAC"), ("alu", "ALU"), ("uop", "uop buffer"), ("inp", "inp buffer"),
+                ("wgt", "wgt buffer"), ("acc", "acc buffer"), ("out", "out buffer"),
+                ("dram", "DRAM"), ("control", "control"), ("leakage", "leakage"))
+"""The energy components (``accel.machine.energy.COMPONENTS``) and their legend labels."""
 MODULES = ("fetch", "load", "compute", "store")
 STALL_PARTS = (("busy", "busy"), ("dram_contention", "DRAM contention"),
                ("dram_latency", "DRAM latency"), ("token", "waiting for a token"),
@@ -558,6 +569,142 @@ def _match(name: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern)
 
 
+def energy_totals(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per config whose every row is ok and has energy: the workload's total energy
+    (``uj``), latency (``ms``) and ``cycles``, energy by component (``parts``, microjoules),
+    and one of its rows (``row``, for labels and area), in the sweep's order."""
+    out: dict[str, dict[str, Any]] = {}
+    broken: set[str] = set()
+    for r in sorted(rows, key=lambda r: r.get("point_index") or 0):
+        c = str(r.get("config_name") or "")
+        if r.get("status") != "ok" or r.get("energy_uj") is None \
+                or r.get("milliseconds") is None:
+            broken.add(c)
+            continue
+        entry = out.setdefault(c, {"uj": 0.0, "ms": 0.0, "cycles": 0, "row": r,
+                                   "parts": dict.fromkeys((k for k, _ in ENERGY_PARTS), 0.0)})
+        entry["uj"] += float(r["energy_uj"])
+        entry["ms"] += float(r["milliseconds"])
+        entry["cycles"] += int(r.get("cycles") or 0)
+        for k, _ in ENERGY_PARTS:
+            entry["parts"][k] += float(r.get(f"energy.{k}") or 0.0)
+    return {c: t for c, t in out.items() if c and c not in broken}
+
+
+def energy_front(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The energy-delay Pareto front of a sweep's configs (no other config has both less
+    energy and less latency for the workload), by latency: each config's ``config``
+    (canonical name), ``label`` (its axis values), ``uj``, ``ms`` and ``cycles``."""
+    totals = energy_totals(rows)
+    names = list(totals)
+    labels = _labels(t["row"] for t in totals.values())
+    front = pareto_front([(totals[c]["ms"], totals[c]["uj"]) for c in names])
+    return [{"config": names[i], "label": labels[names[i]], "uj": totals[names[i]]["uj"],
+             "ms": totals[names[i]]["ms"], "cycles": totals[names[i]]["cycles"]}
+            for i in front]
+
+
+def _energy_rows(rows: Sequence[dict[str, Any]], kind: str, source: str,
+                 also: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+    _need(rows, ["energy_uj", "milliseconds", *also], kind, "energy", source)
+    totals = energy_totals(rows)
+    if not totals:
+        raise PlotError(f"{source}: no config has every row ok with an energy figure")
+    return totals
+
+
+def plot_energy(rows: Sequence[dict[str, Any]], out: Path,
+                source: str = "results") -> list[Path]:
+    """Each config's energy for the whole workload (its rows summed), stacked by component.
+
+    Configs with a failed row are left out (their total would be an underestimate).
+    """
+    plt = _pyplot()
+    import numpy as np
+
+    totals = _energy_rows(rows, "energy", source)
+    names = list(totals)
+    labels = _labels(t["row"] for t in totals.values())
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(names) + 3), 5.0))
+    x = np.arange(len(names))
+    bottom = np.zeros(len(names))
+    colours = plt.get_cmap("tab10")
+    for k, (part, label) in enumerate(ENERGY_PARTS):
+        heights = np.array([totals[c]["parts"][part] for c in names])
+        ax.bar(x, heights, 0.7, bottom=bottom, color=colours(k), label=label)
+        bottom += heights
+    ax.set_xticks(x, [_short(labels[c], 48) for c in names], rotation=60, ha="right",
+                  rotation_mode="anchor", fontsize="x-small")
+    ax.set_xlabel("config")
+    ax.set_ylabel("energy of the workload (uJ)")
+    ax.set_title(_title([t["row"] for t in totals.values()], "where the energy goes"))
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              title="component")
+    ax.grid(True, axis="y", alpha=0.25)
+    return _save(fig, out, "energy")
+
+
+def _front_plot(totals: dict[str, dict[str, Any]], xs: dict[str, float], xlabel: str,
+                xunit: str, title: str, out: Path, stem: str) -> list[Path]:
+    """Total energy (y) against ``xs`` per config, the Pareto front (both lower) marked; the
+    front's configs numbered on the plot and listed beside it with their two figures."""
+    plt = _pyplot()
+    names = list(totals)
+    points = [(xs[c], totals[c]["uj"]) for c in names]
+    front = pareto_front(points)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ax.scatter([p[0] for p in points], [p[1] for p in points], s=24, color="tab:gray",
+               label="config")
+    fx, fy = [points[i][0] for i in front], [points[i][1] for i in front]
+    ax.step(fx, fy, where="post", color="tab:red", linewidth=1.2)
+    ax.scatter(fx, fy, s=40, color="tab:red", label="Pareto front", zorder=3)
+    labels = _labels(t["row"] for t in totals.values())
+    listed = []
+    for k, i in enumerate(front, 1):
+        ax.annotate(str(k), points[i], fontsize="small", color="tab:red", xytext=(4, 3),
+                    textcoords="offset points")
+        listed.append(f"{k}  {_short(labels[names[i]], 48)}: {points[i][0]:.4g} {xunit}, "
+                      f"{points[i][1]:.4g} uJ")
+    ax.text(1.02, 1.0, "Pareto front\n" + "\n".join(listed), transform=ax.transAxes,
+            va="top", fontsize="x-small")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("energy of the workload (uJ)")
+    ax.set_title(_title([t["row"] for t in totals.values()], title))
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize="small")
+    return _save(fig, out, stem)
+
+
+def plot_energy_delay(rows: Sequence[dict[str, Any]], out: Path,
+                      source: str = "results") -> list[Path]:
+    """Total energy against total latency, one marker per config, the Pareto front (lower
+    energy and lower latency) marked and labelled."""
+    totals = _energy_rows(rows, "energy_delay", source)
+    return _front_plot(totals, {c: t["ms"] for c, t in totals.items()},
+                       "total latency of the workload (ms at each config's clock)", "ms",
+                       "energy vs latency", out, "energy_delay")
+
+
+def plot_energy_area(rows: Sequence[dict[str, Any]], out: Path, area: str = "luts",
+                     source: str = "results") -> list[Path]:
+    """Total energy against area (``area.<area>`` from ``accel synth``), Pareto front
+    marked."""
+    if area not in AREA_METRICS:
+        raise PlotError(f"unknown area metric {area!r}; expected one of "
+                        f"{', '.join(AREA_METRICS)}")
+    column = f"area.{area}"
+    _need(rows, [column], "energy_area", "area", source)
+    totals = {c: t for c, t in _energy_rows(rows, "energy_area", source).items()
+              if t["row"].get(column) is not None}
+    if not totals:
+        raise PlotError(f"{source}: no config has every row ok with energy and an {column} "
+                        "figure")
+    target = next(iter(totals.values()))["row"].get("area.target") or "FPGA"
+    return _front_plot(totals, {c: float(t["row"][column]) for c, t in totals.items()},
+                       f"area: {AREA_METRICS[area]} ({target}, accel synth)", area,
+                       f"energy vs {AREA_METRICS[area]}", out, "energy_area")
+
+
 def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None = None,
              area: str = "luts", trace: Path | None = None,
              max_cycles: int | None = None, failed: list[str] | None = None,
@@ -603,10 +750,13 @@ def plot_all(results_dir: Path, kinds: Sequence[str] = KINDS, out: Path | None =
                 written += plot_timeline(path, out, max_cycles, first_cycle, title)
             elif kind == "pareto":
                 written += plot_pareto(rows or [], out, area, source)
+            elif kind == "energy_area":
+                written += plot_energy_area(rows or [], out, area, source)
             else:
                 # looked up when called, so that each kind is the module's current function
                 draw = {"utilization": plot_utilization, "stalls": plot_stalls,
-                        "roofline": plot_roofline}[kind]
+                        "roofline": plot_roofline, "energy": plot_energy,
+                        "energy_delay": plot_energy_delay}[kind]
                 written += draw(rows or [], out, source)
         except PlotError as exc:
             if len(kinds) == 1:

@@ -11,6 +11,7 @@ from typing import Any
 from amaranth.sim import Simulator
 
 from accel.machine.config import HwConfig
+from hw.activity import AmaranthCounters
 from hw.dram_model import DramModel
 from hw.image import RtlRun
 from hw.top import Accelerator
@@ -21,8 +22,12 @@ __all__ = ["simulate"]
 
 def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
              max_cycles: int = 50_000_000,
-             timeline: list[tuple[str, str, int]] | None = None) -> tuple[int, dict[str, Any]]:
+             timeline: list[tuple[str, str, int]] | None = None,
+             counters: bool = True) -> tuple[int, dict[str, Any]]:
     """Run the prepared image to FINISH; returns ``(cycles, stats)`` (see ``run_rtl``).
+
+    With ``counters``, ``stats["counters"]`` holds the values of :func:`hw.activity.probes`
+    over the run, sampled from the design's signals in every cycle.
 
     Raises
     ------
@@ -38,6 +43,10 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
     model = DramModel(run.image, cfg)
     port = top.dram
     result: dict[str, int] = {}
+    sim = Simulator(top)
+    # The simulator's design names every signal as the Verilog does; Amaranth 0.5 keeps it in
+    # ``_design`` (there is no public accessor).
+    probe = AmaranthCounters(cfg, sim._design) if counters else None
 
     async def bench(ctx: Any) -> None:
         ctx.set(port.req.ready, 1)
@@ -79,13 +88,14 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
             if ctx.get(top.done):
                 result["cycles"] = ctx.get(top.cycles)
                 return
+            if probe is not None:
+                probe.sample(ctx)
             if cycle >= max_cycles:
                 raise RuntimeError(
                     f"the RTL did not finish within {max_cycles} cycles (deadlock?)")
             await ctx.tick()
             cycle += 1
 
-    sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     whole = vcd is not None and vcd.first == 0 and vcd.last is None
@@ -108,6 +118,11 @@ def simulate(cfg: HwConfig, run: RtlRun, vcd: VcdDump | None = None,
         "dram_bytes_read": model.bytes_read,
         "dram_bytes_written": model.bytes_written,
         "dram_transactions": model.transactions,
+        "dram_read_txns": model.read_transactions,
+        "dram_write_txns": model.write_transactions,
+        "dram_beats": model.beats,
         "wall_s": wall,
     }
+    if probe is not None:
+        stats["counters"] = list(probe.counts)
     return int(result["cycles"]), stats

@@ -22,6 +22,7 @@ from accel.machine.costs import serial_cycles
 from accel.machine.dram import Dram
 from accel.machine.program import Program
 from accel.machine.tokens import check_tokens
+from hw.activity import action_counts, active_cycles
 from hw.image import prepare_image
 from hw.primitives import Target
 from hw.waveform import VcdDump
@@ -103,7 +104,11 @@ def run_rtl(
         Cycles from the start to FINISH's retirement (the timing simulator's
         ``SimStats.cycles``) and counters (a dict with ``to_dict``): ``engine``,
         ``dram_bytes_read``, ``dram_bytes_written`` (bytes, instruction fetch included),
-        ``dram_transactions``, ``wall_s`` (seconds in the simulator).
+        ``dram_transactions`` (``dram_read_txns``, ``dram_write_txns``), ``dram_beats``,
+        ``wall_s`` (seconds in the simulator); ``counters`` (the raw values of
+        :func:`hw.activity.probes`), ``actions`` (the
+        :class:`~accel.machine.actions.ActionCounts` they make, as ``to_dict`` gives it) and
+        ``active`` (each module's active cycles), all counted from the design's signals.
 
     Raises
     ------
@@ -157,4 +162,7 @@ def run_rtl(
     dram.data[:] = run.image[: run.data_bytes]
     stats = RtlStats(counters)
     stats["engine"] = chosen
+    if "counters" in stats:
+        stats["actions"] = action_counts(cfg, stats["counters"], stats).to_dict()
+        stats["active"] = active_cycles(cfg, stats["counters"])
     return cycles, stats

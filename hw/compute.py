@@ -701,7 +701,8 @@ class Compute(wiring.Component):
         held = {k: Signal(w, name=f"{k}_q") for k, w in self._loop_widths().items()}
 
         reset_q = Signal()
-        from_acc_q = Signal() if self._p.cfg.gemm.reset_from_acc else None
+        from_acc_q = (Signal(name="from_acc_q") if self._p.cfg.gemm.reset_from_acc
+                      else None)
         op_q = Signal(3)
         use_imm_q = Signal()
         imm_q = Signal(signed(32))

@@ -54,6 +54,9 @@ class DramModel:
         self.bytes_read = 0
         self.bytes_written = 0
         self.transactions = 0
+        self.read_transactions = 0
+        self.write_transactions = 0
+        self.beats = 0
 
     def beat_at(self, cycle: int) -> tuple[bool, int] | None:
         """``(write, j)``: the beat ``j`` of the transaction on the bus in ``cycle``, or None."""
@@ -117,6 +120,9 @@ class DramModel:
         if write:
             self.acks.append(t.done - 1)
             self.bytes_written += nbytes
+            self.write_transactions += 1
         else:
             self.bytes_read += nbytes
+            self.read_transactions += 1
         self.transactions += 1
+        self.beats += t.beats

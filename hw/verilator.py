@@ -29,6 +29,7 @@ from typing import Any
 
 from accel.machine.cache import work_dir
 from accel.machine.config import HwConfig
+from hw.activity import probes, verilog_counters
 from hw.dram import dram_request_layout
 from hw.image import RtlRun
 from hw.params import RtlParams
@@ -119,8 +120,12 @@ def wrapper_verilog(cfg: HwConfig) -> str:
     datapath; with those as top-level inputs Verilator evaluates all that logic again on every
     ``eval`` (its input-combo region) besides once after the clock edge. Behind registers it
     is evaluated once a cycle, and the ``eval`` with the clock low only moves the inputs.
+
+    The wrapper also counts the design's activity (:mod:`hw.activity`): outputs ``cnt<i>``,
+    read through hierarchical references into ``top``, cleared while ``start`` is seen.
     """
     p = RtlParams.of(cfg)
+    count_ports, count_body = verilog_counters(cfg, clear="start_q")
     req_bits = dram_request_layout(p.dram_addr_bits, p.burst_bytes_bits).size
     w = p.beat_bits
     a = p.dram_addr_bits
@@ -129,7 +134,8 @@ def wrapper_verilog(cfg: HwConfig) -> str:
   input [{a - 1}:0] insn_addr, input [31:0] insn_count,
   output done, output [{CYCLE_BITS - 1}:0] cycles,
   output req_valid, input req_ready, output [{req_bits - 1}:0] req_payload,
-  input rsp_valid, input [{w - 1}:0] rsp_data, output [{w - 1}:0] wr_data, input wr_ack);
+  input rsp_valid, input [{w - 1}:0] rsp_data, output [{w - 1}:0] wr_data, input wr_ack,
+  {count_ports});
   reg rst_q = 1'b1, start_q = 1'b0, req_ready_q = 1'b0, rsp_valid_q = 1'b0, wr_ack_q = 1'b0;
   reg [{a - 1}:0] insn_addr_q = 0;
   reg [31:0] insn_count_q = 0;
@@ -145,6 +151,7 @@ def wrapper_verilog(cfg: HwConfig) -> str:
     .dram__req__valid(req_valid), .dram__req__ready(req_ready_q),
     .dram__req__payload(req_payload), .dram__rsp_valid(rsp_valid_q),
     .dram__rsp_data(rsp_data_q), .dram__wr_data(wr_data), .dram__wr_ack(wr_ack_q));
+{count_body}
 endmodule
 """
 
@@ -158,6 +165,7 @@ def _params_header(cfg: HwConfig) -> str:
         f"#define REQ_BYTES_LSB {layout['bytes'].offset}\n"
         f"#define REQ_BYTES_BITS {p.burst_bytes_bits}\n"
         f"#define REQ_WRITE_LSB {layout['write'].offset}\n"
+        "#define ACCEL_COUNTERS " + " ".join(f"X({i})" for i in range(len(probes(cfg)))) + "\n"
     )
 
 

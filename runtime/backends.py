@@ -22,6 +22,7 @@ from runtime.workers import PoolHandle, sigint_deferred, stop_pool, worker_init
 __all__ = [
     "BackendCaps",
     "RunResult",
+    "activity",
     "available_backends",
     "cancel_prefetch",
     "fallback_kernels",
@@ -243,6 +244,33 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"backend": self.backend, "cycles": self.cycles, "stats": self.stats.to_dict()}
+
+    def energy(self, cfg: HwConfig) -> Any:
+        """The run's :class:`accel.machine.energy.EnergyReport` on ``cfg`` (its energy table),
+        or None without cycles (``fsim``: leakage and the modules' clocks need time) or
+        without action counts."""
+        from accel.machine.energy import estimate
+
+        found = activity(self.stats)
+        if self.cycles is None or found is None:
+            return None
+        actions, active = found
+        return estimate(actions, cfg, self.cycles, active)
+
+
+def activity(stats: Any) -> tuple[Any, dict[str, int]] | None:
+    """A backend's action counts and each module's active cycles, from its stats: a
+    :class:`sim.stats.SimStats`, or the RTL's counters (``actions`` and ``active``, as
+    :func:`hw.backend.run_rtl` gives them); None when the stats have neither (``fsim``'s have
+    counts but no active cycles)."""
+    from accel.machine.actions import ActionCounts
+
+    modules = getattr(stats, "modules", None)
+    if modules is not None and hasattr(stats, "actions"):
+        return stats.actions, {m: s.active for m, s in modules.items()}
+    if isinstance(stats, dict) and "actions" in stats and "active" in stats:
+        return ActionCounts.from_dict(stats["actions"]), dict(stats["active"])
+    return None
 
 
 def run_program(

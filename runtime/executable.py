@@ -6,8 +6,12 @@ Accelerator nodes (``target == "accel"``) run as compiled programs on a device b
 the next node is also on the accelerator, and are converted only at partition boundaries
 (``layout_pack`` / ``layout_unpack`` nodes, or on demand). Every other node runs on the fallback
 kernels (numpy on the CPU, or CuPy on a GPU; :mod:`runtime.fallback`). Each node's cycles,
-utilisation, roofline bound and efficiency, DRAM traffic and stalls (accelerator) or wall time
-(fallback) go into a :class:`RunReport`.
+utilisation, roofline bound and efficiency, DRAM traffic, stalls and energy (accelerator) or
+wall time (fallback) go into a :class:`RunReport`.
+
+Energy (``sim`` and ``rtl``; :mod:`accel.machine.energy` with the config's table) is the
+accelerator's only: the fallback layers' is not estimated. Picojoules per MAC and TOPS/W count
+the network's MACs (a layer's logical MACs, not the padded ones the GEMM core performs).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from accel.machine.config import HwConfig
+from accel.machine.energy import COMPONENTS
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import blocked_layout, parse_layout, physical_shape
 from compiler.graph.passes.common import node_macs
@@ -78,13 +83,20 @@ class LayerReport:
     stalls: dict[str, dict[str, int]] = field(default_factory=dict)
     busy: dict[str, int] = field(default_factory=dict)
     check: bool | None = None
+    energy_uj: float | None = None
+    """The accelerator's energy for this layer (None on fsim and for fallback layers)."""
+    pj_per_mac: float | None = None
+    """``energy_uj`` per MAC of the layer (None without MACs)."""
+    energy: dict[str, float] = field(default_factory=dict)
+    """Microjoules by component (:data:`accel.machine.energy.COMPONENTS`)."""
 
 
 LAYER_CSV_COLUMNS = ("name", "op", "target", "input_shapes", "output_shape", "macs", "cycles",
                      "sim_ms", "host_ms", "gemm_utilization", "bound_cycles",
                      "roofline_efficiency", "dram_kib", "dram_bytes_per_cycle",
-                     "dram_bandwidth_share", "largest_stall", "check")
-"""The columns of ``layers.csv``: every :class:`LayerReport` field but the per-module dicts."""
+                     "dram_bandwidth_share", "largest_stall", "check", "energy_uj", "pj_per_mac")
+"""The columns of ``layers.csv``: every :class:`LayerReport` field but the per-module dicts
+(``energy``'s components follow, as ``energy_<component>_uj``)."""
 
 
 @dataclass
@@ -103,6 +115,8 @@ class RunReport:
     run_host_ms: float = 0.0
     """Host wall time of the whole run (every layer, simulation and fallback, and the
     checks)."""
+    batch: int = 1
+    """Inferences in the run (the input's batch): energy per inference divides by it."""
 
     @property
     def accel_cycles(self) -> int:
@@ -140,6 +154,29 @@ class RunReport:
         accel = sum(layer.macs for layer in self.layers if layer.target == "accel")
         return accel / total if total else 0.0
 
+    def energy_totals(self) -> dict[str, Any]:
+        """The accelerator's energy over the run: ``energy_uj``, ``energy_uj_per_inference``,
+        ``energy_components_uj``, ``pj_per_mac`` and ``tops_per_w`` (over the accelerated
+        layers' MACs, two ops each) and ``power_mw`` at the config's clock; all None when the
+        backend gives no energy (fsim)."""
+        accel = [layer for layer in self.layers if layer.target == "accel"]
+        if not accel or any(layer.energy_uj is None for layer in accel):
+            return dict.fromkeys(("energy_uj", "energy_uj_per_inference",
+                                  "energy_components_uj", "pj_per_mac", "tops_per_w",
+                                  "power_mw"))
+        uj = sum(layer.energy_uj or 0.0 for layer in accel)
+        macs = sum(layer.macs for layer in accel)
+        seconds = self.accel_cycles / (self.clock_mhz * 1e6)
+        return {
+            "energy_uj": uj,
+            "energy_uj_per_inference": uj / max(self.batch, 1),
+            "energy_components_uj": {c: sum(layer.energy.get(c, 0.0) for layer in accel)
+                                     for c in COMPONENTS},
+            "pj_per_mac": uj * 1e6 / macs if macs else None,
+            "tops_per_w": 2 * macs / (uj * 1e-6) / 1e12 if uj else None,
+            "power_mw": uj * 1e-6 / seconds * 1e3 if seconds else None,
+        }
+
     def totals(self) -> dict[str, Any]:
         return {
             "accel_cycles": self.accel_cycles if self.backend != "fsim" else None,
@@ -155,6 +192,8 @@ class RunReport:
             "offloaded_mac_share": self.offloaded_mac_share,
             "layers": len(self.layers),
             "accel_layers": sum(layer.target == "accel" for layer in self.layers),
+            "batch": self.batch,
+            **self.energy_totals(),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,16 +211,18 @@ class RunReport:
         import csv
         import io
 
-        cols = LAYER_CSV_COLUMNS
+        cols = list(LAYER_CSV_COLUMNS)
+        parts = [f"energy_{c}_uj" for c in COMPONENTS]
         buf = io.StringIO()
         writer = csv.writer(buf)
-        writer.writerow(cols)
+        writer.writerow(cols + parts)
         for layer in self.layers:
             row = asdict(layer)
             writer.writerow(["x".join(map(str, s)) if k == "output_shape" else
                              ";".join("x".join(map(str, t)) for t in row[k])
                              if k == "input_shapes" else row[k] for k in cols
-                             for s in [row[k]]])
+                             for s in [row[k]]]
+                            + [layer.energy.get(c) for c in COMPONENTS])
         _atomic_write(Path(path), buf.getvalue())
 
     def write_trace(self, path: str | Path) -> None:
@@ -391,7 +432,8 @@ class Executable:
         backend, fallback = names
         g = self.graph
         report = RunReport(g.name, self.cfg.name, backend, fallback, self.cfg.clock_mhz, [],
-                           memory_plan=dict(g.attrs.get("memory_plan", {})))
+                           memory_plan=dict(g.attrs.get("memory_plan", {})),
+                           batch=int(g.values[g.inputs[0]].shape[0]) if g.inputs else 1)
         checks: list[bool] = []
         for k, node in enumerate(g.nodes):
             if progress is not None:
@@ -469,6 +511,11 @@ class Executable:
                                                           entry.output_image)
             stats = result.stats
             layer.bound_cycles = entry.bound(self.workloads[node.name], self.cfg)
+            energy = result.energy(self.cfg)
+            if energy is not None:
+                layer.energy_uj = energy.total_uj
+                layer.pj_per_mac = energy.total_pj / layer.macs if layer.macs else None
+                layer.energy = {c: v * 1e-6 for c, v in energy.components.items()}
             if device.caps.timed:
                 layer.cycles = result.cycles
                 layer.sim_ms = result.cycles / (self.cfg.clock_mhz * 1000.0)

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from accel.machine.actions import ActionCounts
 from accel.machine.config import HwConfig
 from accel.machine.dram import Dram, place_program
 from accel.machine.isa import (
@@ -61,7 +62,8 @@ class FsimStats:
     """Counters of one functional run (VTA fsim's counters, plus instruction counts).
 
     ``bytes_loaded`` counts DRAM bytes read per buffer (uop, inp, wgt, acc), padding excluded;
-    ``bytes_stored`` DRAM bytes written from the out buffer.
+    ``bytes_stored`` DRAM bytes written from the out buffer; ``actions`` every action that
+    costs energy (:mod:`accel.machine.actions`), instruction fetch included.
     """
 
     bytes_loaded: dict[str, int] = field(
@@ -72,6 +74,7 @@ class FsimStats:
     alu_uops: int = 0
     macs: int = 0
     insn_counts: dict[str, int] = field(default_factory=dict)
+    actions: ActionCounts = field(default_factory=ActionCounts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +84,7 @@ class FsimStats:
             "alu_uops": self.alu_uops,
             "macs": self.macs,
             "insn_counts": dict(self.insn_counts),
+            "actions": self.actions.to_dict(),
         }
 
 
@@ -185,6 +189,7 @@ class FunctionalSimulator:
             )
         program.validate()
         place_program(program, dram)
+        self.stats.actions.add_fetch(len(program.insns), self.cfg)
         for index, insn in retire_order(program):
             self.execute(insn, index, dram)
         return self.stats
@@ -209,6 +214,7 @@ class FunctionalSimulator:
     def _count(self, insn: Insn) -> None:
         key = count_key(insn)
         self.stats.insn_counts[key] = self.stats.insn_counts.get(key, 0) + 1
+        self.stats.actions.add_insn(insn, self.cfg)
 
     def _dram_rows(self, insn: MemInsn, index: int, dram: Dram, elem: int) -> np.ndarray:
         """``(y_size, x_size * elem)`` strided uint8 view of the DRAM side of a LOAD/STORE."""

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from accel.machine.actions import ActionCounts
+
 __all__ = ["MODULES", "ModuleStats", "SimStats", "Slice"]
 
 MODULES = ("fetch", "load", "compute", "store")
@@ -35,11 +37,18 @@ def push_cause(queue: str) -> str:
 
 @dataclass
 class ModuleStats:
-    """Per-module cycle accounting: ``busy + sum(stalls.values()) == SimStats.cycles``."""
+    """Per-module cycle accounting: ``busy + sum(stalls.values()) == SimStats.cycles``.
+
+    ``active`` counts the cycles the module runs an instruction, from its decode cycle through
+    its last (DRAM waits inside it included); fetch's run from cycle 0 through its last
+    dispatch. It is what the energy model charges a module's clock for
+    (:mod:`accel.machine.energy`), and what the RTL counts (``hw.activity``).
+    """
 
     busy: int = 0
     stalls: dict[str, int] = field(default_factory=dict)
     insns: int = 0
+    active: int = 0
 
     def stall(self, cause: str, cycles: int) -> None:
         if cycles:
@@ -54,7 +63,8 @@ class ModuleStats:
         return max(self.stalls, key=lambda c: self.stalls[c]) if self.stalls else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"busy": self.busy, "stalls": dict(self.stalls), "insns": self.insns}
+        return {"busy": self.busy, "stalls": dict(self.stalls), "insns": self.insns,
+                "active": self.active}
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,8 @@ class SimStats:
         Bytes read from / written to each on-chip buffer (uop, inp, wgt, acc, out).
     dram_bytes
         Bytes moved over the DRAM channel (instructions, loads and stores).
+    dram_write_bytes, dram_transactions
+        Of those, the bytes written; the transactions granted.
     dram_busy
         Cycles the DRAM data bus carried a beat.
     peak_dram_bytes_per_cycle
@@ -94,6 +106,9 @@ class SimStats:
         Instructions by opcode (``LOAD_INP``, ``GEMM``, ``ALU_ADD``, ...).
     dram_loaded, dram_stored
         DRAM bytes read per destination buffer (padding excluded) and written from out.
+    actions
+        Every action that costs energy (:mod:`accel.machine.actions`): the functional
+        simulator's counts of the instructions retired, instruction fetch included.
     """
 
     cycles: int
@@ -107,10 +122,13 @@ class SimStats:
     bytes_read: dict[str, int] = field(default_factory=dict)
     bytes_written: dict[str, int] = field(default_factory=dict)
     dram_bytes: int = 0
+    dram_write_bytes: int = 0
+    dram_transactions: int = 0
     dram_busy: int = 0
     insn_counts: dict[str, int] = field(default_factory=dict)
     dram_loaded: dict[str, int] = field(default_factory=dict)
     dram_stored: int = 0
+    actions: ActionCounts = field(default_factory=ActionCounts)
     timeline: list[Slice] = field(default_factory=list, repr=False)
     counters: list[tuple[str, int, float]] = field(default_factory=list, repr=False)
 
@@ -155,6 +173,8 @@ class SimStats:
             "bytes_read": dict(self.bytes_read),
             "bytes_written": dict(self.bytes_written),
             "dram_bytes": self.dram_bytes,
+            "dram_write_bytes": self.dram_write_bytes,
+            "dram_transactions": self.dram_transactions,
             "dram_busy": self.dram_busy,
             "dram_bytes_per_cycle": self.dram_bytes_per_cycle,
             "peak_dram_bytes_per_cycle": self.peak_dram_bytes_per_cycle,
@@ -163,6 +183,7 @@ class SimStats:
             "insn_counts": dict(self.insn_counts),
             "dram_loaded": dict(self.dram_loaded),
             "dram_stored": self.dram_stored,
+            "actions": self.actions.to_dict(),
         }
 
     def trace_events(self) -> list[dict[str, Any]]:

@@ -142,6 +142,8 @@ class DramChannel:
         self.env.timeout(txn.done - cycle).callbacks.append(self._release)
         stats = self.sim.stats
         stats.dram_bytes += req.nbytes
+        stats.dram_write_bytes += req.nbytes if req.write else 0
+        stats.dram_transactions += 1
         stats.dram_busy += txn.beats
         if self.sim.trace:
             self.transactions.append((REQUESTERS[who], txn))
@@ -218,6 +220,7 @@ class _Unit:
             self.waiting = None
             start = self.env.now
             yield from self.execute(index, insn)
+            self.stats.active += int(self.env.now - start)
             self.sim.retire(self.module, index, insn, start)
             self.last_retired = index
             self.stats.insns += 1
@@ -343,6 +346,7 @@ class FetchModule:
                 insn = self.insns[index]
                 self.stats.busy += 1
                 yield self.env.timeout(1)
+                self.stats.active = int(self.env.now)   # from cycle 0 through this dispatch
                 queue = self.sim.cmd_queues[module_of(insn)]
                 self.waiting = f"room in the {module_of(insn).name.lower()} command queue"
                 asked = self.env.now
@@ -468,6 +472,8 @@ class TimingSimulator:
         if self.trace:
             self.stats.counters.extend(_bandwidth_track(self.dram.transactions))
         self.stats.insn_counts = dict(self.fsim.stats.insn_counts)
+        self.stats.actions = self.fsim.stats.actions
+        self.stats.actions.add_fetch(len(program.insns), cfg)
         self.stats.dram_loaded = dict(self.fsim.stats.bytes_loaded)
         self.stats.dram_stored = self.fsim.stats.bytes_stored
         for m in self.stats.modules.values():

@@ -108,7 +108,7 @@ REJECTIONS = [
     (
         CORE + "bogus: 1\n",
         "bogus: unknown key; expected one of alu, buffers, clock_mhz, core, description, "
-        "dram, gemm, isa, precision, queues, store",
+        "dram, energy, gemm, isa, precision, queues, store",
     ),
     (
         CORE + "buffers: {inpp: 1024}\n",

@@ -1,8 +1,9 @@
 """Co-simulation of the RTL with the functional and timing simulators.
 
-Every run checks three things: the DRAM image after the RTL is byte-identical to ``fsim``'s, the
-RTL's cycle count equals the timing simulator's, and (Amaranth engine) every instruction starts
-and ends in the same cycle on both.
+Every run checks four things: the DRAM image after the RTL is byte-identical to ``fsim``'s, the
+RTL's cycle count equals the timing simulator's, (Amaranth engine) every instruction starts
+and ends in the same cycle on both, and the RTL's activity counters (``hw.activity``) equal the
+simulators' action counts and active cycles (``accel.machine.actions``).
 
 The timing simulator grants the DRAM channel at the end of each cycle, by fixed priority among
 all requests waiting then (``sim.timing.DramChannel``), so its result does not depend on the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,6 +33,7 @@ from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemType
 from accel.machine.program import Program, ProgramError
 from accel.testing.randprog import numpy_pick, random_program
 from hw import amaranth_engine
+from hw.activity import action_counts, active_cycles
 from hw.backend import run_rtl
 from hw.image import prepare_image
 from hw.verilator import available as verilator_available
@@ -40,11 +43,12 @@ needs_verilator = pytest.mark.skipif(not verilator_available(),
 
 
 def rtl_timeline(program: Program, dram: Dram, cfg: HwConfig
-                 ) -> tuple[int, dict[str, list[tuple[int, int]]]]:
-    """Run on the Amaranth engine; return cycles and each module's (start, end) slices."""
+                 ) -> tuple[int, dict[str, list[tuple[int, int]]], dict[str, Any]]:
+    """Run on the Amaranth engine; return cycles, each module's (start, end) slices and the
+    engine's counters."""
     run = prepare_image(program, dram, cfg)
     events: list[tuple[str, str, int]] = []
-    cycles, _ = amaranth_engine.simulate(cfg, run, timeline=events)
+    cycles, counters = amaranth_engine.simulate(cfg, run, timeline=events)
     dram.data[:] = run.image[: run.data_bytes]
     slices: dict[str, list[tuple[int, int]]] = {"load": [], "compute": [], "store": []}
     start: dict[str, int] = {}
@@ -53,20 +57,23 @@ def rtl_timeline(program: Program, dram: Dram, cfg: HwConfig
             start[module] = cycle
         if kind == "retire":
             slices[module].append((start.pop(module), cycle + 1))
-    return cycles, slices
+    return cycles, slices, counters
 
 
 def cosim(program: Program, dram: Dram) -> int:
-    """Assert RTL == fsim (DRAM) and RTL == sim (cycles and every instruction's start and end
-    cycle); return the cycles."""
+    """Assert RTL == fsim (DRAM) and RTL == sim (cycles, every instruction's start and end
+    cycle, action counts and active cycles); return the cycles."""
     cfg = program.config
     reference = dram.copy()
     run_program(program, reference, backend="fsim")
     timed = dram.copy()
     sim = run_program(program, timed, backend="sim")
     np.testing.assert_array_equal(timed.data, reference.data)
-    cycles, slices = rtl_timeline(program, dram, cfg)
+    cycles, slices, counters = rtl_timeline(program, dram, cfg)
     np.testing.assert_array_equal(dram.data, reference.data)
+    assert action_counts(cfg, counters["counters"], counters) == sim.stats.actions
+    assert active_cycles(cfg, counters["counters"]) == {
+        m: s.active for m, s in sim.stats.modules.items()}
     expected: dict[str, list[tuple[int, int]]] = {"load": [], "compute": [], "store": []}
     for s in sim.stats.timeline:
         expected[s.module].append((s.start, s.end))

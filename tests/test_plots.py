@@ -13,7 +13,11 @@ import pytest
 import accel
 from accel.plots import (
     PlotError,
+    energy_totals,
     pareto_front,
+    plot_energy,
+    plot_energy_area,
+    plot_energy_delay,
     plot_pareto,
     plot_roofline,
     plot_stalls,
@@ -50,6 +54,9 @@ def _row(cfg: accel.HwConfig, layer: str, index: int, trace_dir: Path | None) ->
         "area.target": "ecp5", "area.luts": 1000 * cfg.block_out, "area.dsps": cfg.block_out,
         "area.ffs": None, "area.brams": None,
     }
+    energy = result.energy(cfg)
+    row.update({"energy_uj": energy.total_uj, "pj_per_mac": energy.total_pj / wl.macs,
+                **{f"energy.{c}": v * 1e-6 for c, v in energy.components.items()}})
     for m in MODULES:
         ms = st.modules[m]
         row[f"busy.{m}"] = ms.busy
@@ -106,6 +113,63 @@ def test_pareto_renders(measured: Any, tmp_path: Path) -> None:
     with pytest.raises(PlotError, match=r"needs column\(s\) area.brams, which the sweep did "
                                         r"not record \(add 'area' to the spec's metrics\)"):
         plot_pareto(rows, tmp_path, area="brams", source="x/results.csv")
+
+
+def test_energy_kinds_render(measured: Any, tmp_path: Path) -> None:
+    rows, _ = measured
+    _check_image(plot_energy(rows, tmp_path), "energy")
+    _check_image(plot_energy_delay(rows, tmp_path), "energy_delay")
+    _check_image(plot_energy_area(rows, tmp_path, area="dsps"), "energy_area")
+    svg = (tmp_path / "energy.svg").read_text()
+    for label in ("DRAM", "acc buffer", "leakage", "where the energy goes"):
+        assert label in svg
+    # The front's configs are listed beside the energy-delay plot with their figures (the rows
+    # have no axis columns: by their canonical names), the others are not.
+    totals = energy_totals(rows)
+    names = list(totals)
+    front = pareto_front([(totals[c]["ms"], totals[c]["uj"]) for c in names])
+    assert 0 < len(front) < len(names)
+    svg = (tmp_path / "energy_delay.svg").read_text()
+    listed = re.findall(r"<!-- (\d+)  (\S+): (\S+) ms, (\S+) uJ -->", svg)
+    assert [(int(k), name) for k, name, _, _ in listed] == [
+        (k, names[i]) for k, i in enumerate(front, 1)]
+    for (_, name, ms, uj) in listed:
+        assert float(ms) == pytest.approx(totals[name]["ms"], rel=1e-3)
+        assert float(uj) == pytest.approx(totals[name]["uj"], rel=1e-3)
+
+
+def test_energy_totals(measured: Any) -> None:
+    """Per config, the sum of its rows; a config with a failed row (or one without energy)
+    is left out, as its total would be an underestimate."""
+    rows, _ = measured
+    ok = [r for r in rows if r["status"] == "ok"]
+    totals = energy_totals(rows)
+    assert list(totals) == list(dict.fromkeys(r["config_name"] for r in ok))
+    for c, t in totals.items():
+        mine = [r for r in ok if r["config_name"] == c]
+        assert t["uj"] == pytest.approx(sum(r["energy_uj"] for r in mine))
+        assert t["ms"] == pytest.approx(sum(r["milliseconds"] for r in mine))
+        assert sum(t["parts"].values()) == pytest.approx(t["uj"])
+        assert t["parts"]["dram"] == pytest.approx(sum(r["energy.dram"] for r in mine))
+    failed = [dict(r) for r in rows]
+    failed[1].update(status="error", energy_uj=None)
+    assert rows[0]["config_name"] not in energy_totals(failed)
+    assert len(energy_totals(failed)) == len(totals) - 1
+
+
+def test_energy_plots_need_the_energy_metric(measured: Any, tmp_path: Path) -> None:
+    rows, _ = measured
+    without = [{k: v for k, v in r.items() if not k.startswith("energy")} for r in rows]
+    for draw, kind in ((plot_energy, "energy"), (plot_energy_delay, "energy_delay")):
+        with pytest.raises(PlotError, match="^" + re.escape(
+                f"d/results.csv: the {kind} plot needs column(s) energy_uj, which the sweep did "
+                "not record (add 'energy' to the spec's metrics)") + "$"):
+            draw(without, tmp_path, source="d/results.csv")
+    with pytest.raises(PlotError, match="^" + re.escape(
+            "d/results.csv: the energy_area plot needs column(s) area.brams, which the sweep "
+            "did not record (add 'area' to the spec's metrics)") + "$"):
+        plot_energy_area(rows, tmp_path, area="brams", source="d/results.csv")
+    assert not list(tmp_path.iterdir()), "a failed plot wrote files"
 
 
 def test_timeline_renders(measured: Any, tmp_path: Path) -> None:

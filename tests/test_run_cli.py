@@ -23,6 +23,7 @@ def test_run_resnet18_small_image_on_fsim_is_bit_exact(capsys: pytest.CaptureFix
     assert main(["run", "resnet18", "--image-size", "32", "--backend", "fsim"]) == 0
     out = capsys.readouterr().out
     assert "accelerator: functional only (fsim, 1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr)" in out
+    assert "energy:" not in out            # energy needs cycles (leakage, the modules' clocks)
     assert "MACs offloaded: 100.00%" in out
     assert "and the final output are bit-exact with the numpy reference network" in out
 
@@ -49,6 +50,27 @@ def test_run_writes_report_files(tmp_path: Path, capsys: pytest.CaptureFixture[s
     rows = (out_dir / "layers.csv").read_text().splitlines()
     assert len(rows) == 1 + len(report["layers"])
     check_layer_units(out_dir, report, text)
+    # Energy: per layer and component, totals over the accelerated layers, the printed line.
+    t = report["totals"]
+    accel_layers = [layer for layer in report["layers"] if layer["target"] == "accel"]
+    assert t["energy_uj"] == pytest.approx(sum(layer["energy_uj"] for layer in accel_layers))
+    assert t["energy_uj"] == pytest.approx(sum(t["energy_components_uj"].values()))
+    assert t["energy_uj_per_inference"] == t["energy_uj"]           # batch 1
+    macs = sum(layer["macs"] for layer in accel_layers)
+    assert t["pj_per_mac"] == pytest.approx(t["energy_uj"] * 1e6 / macs)
+    assert t["tops_per_w"] == pytest.approx(2 * macs / (t["energy_uj"] * 1e-6) / 1e12)
+    assert t["power_mw"] == pytest.approx(t["energy_uj"] / (cycles / 100.0) * 1e3)
+    for layer in accel_layers:
+        assert layer["energy_uj"] == pytest.approx(sum(layer["energy"].values()))
+    assert all(layer["energy_uj"] is None for layer in report["layers"]
+               if layer["target"] != "accel")
+    assert (f"energy: {t['energy_uj_per_inference']:.2f} uJ per inference, "
+            f"{t['pj_per_mac']:.2f} pJ/MAC, {t['tops_per_w']:.3f} TOPS/W") in text
+    header = rows[0].split(",")
+    assert header[-12:] == ["energy_uj", "pj_per_mac", "energy_mac_uj", "energy_alu_uj",
+                            "energy_uop_uj", "energy_inp_uj", "energy_wgt_uj", "energy_acc_uj",
+                            "energy_out_uj", "energy_dram_uj", "energy_control_uj",
+                            "energy_leakage_uj"]
     assert (out_dir / "utilization.png").read_bytes()[:4] == b"\x89PNG"
     trace = json.loads((out_dir / "trace.json").read_text())["traceEvents"]
     assert {e["args"]["name"] for e in trace if e["ph"] == "M" and e["name"] == "thread_name"} \
@@ -61,12 +83,15 @@ def check_layer_units(out_dir: Path, report: dict[str, Any], table: str) -> None
     0.00), DRAM in KiB by name and by value; the same values as report.json."""
     import csv
 
+    from accel.machine.energy import COMPONENTS
+
     with (out_dir / "layers.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ["name", "op", "target", "input_shapes", "output_shape", "macs",
                              "cycles", "sim_ms", "host_ms", "gemm_utilization", "bound_cycles",
                              "roofline_efficiency", "dram_kib", "dram_bytes_per_cycle",
-                             "dram_bandwidth_share", "largest_stall", "check"]
+                             "dram_bandwidth_share", "largest_stall", "check", "energy_uj",
+                             "pj_per_mac", *(f"energy_{c}_uj" for c in COMPONENTS)]
     layers = {layer["name"]: layer for layer in report["layers"]}
     for row in rows:
         layer = layers[row["name"]]

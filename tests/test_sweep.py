@@ -28,6 +28,7 @@ from accel.dse import (
     run_sweep,
 )
 from accel.dse.results import ResultsFile, repair_torn_tail
+from accel.machine.energy import COMPONENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 W = "workloads:\n  - resnet18: C2\n"
@@ -104,7 +105,7 @@ SPEC_ERRORS = [
     ("backend: gpu\n" + W, "backend: expected one of fsim, sim, rtl, got str 'gpu'"),
     ("metrics: [cycles, power]\n" + W,
      "metrics[1]: expected one of cycles, gemm_utilization, dram_bytes, stalls, area, "
-     "got str 'power'"),
+     "energy, got str 'power'"),
     ("metrics: [cycles, area]\n" + W,
      "metrics: area needs an area section, e.g. area: {target: ecp5}"),
     ("area: {target: stratix}\n" + W,
@@ -226,7 +227,7 @@ def test_local_run_rows_errors_traces_and_parquet(tmp_path: Path) -> None:
     rows = read_results(out)
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
     assert header == columns(["buffers.wgt"], ["cycles", "gemm_utilization", "dram_bytes",
-                                               "stalls"])
+                                               "stalls", "energy"])
     by = {(r["axis.buffers.wgt"], r["layer"]): r for r in rows}
     assert len(by) == 6
     ok = by[(2048, "a")]
@@ -243,6 +244,8 @@ def test_local_run_rows_errors_traces_and_parquet(tmp_path: Path) -> None:
                                            "token", "full"))
         assert total == ok["cycles"], m
     assert ok["peak_macs_per_cycle"] == 16 and ok["buffers.wgt"] == 2048
+    assert ok["energy_uj"] > 0
+    assert ok["energy_uj"] == pytest.approx(sum(ok[f"energy.{c}"] for c in COMPONENTS))
     assert ok["worker"] == f"pid:{os.getpid()}"
     assert (out / "traces" / f"{ok['point_id']}.json").stat().st_size > 100
     # A layer that fits no tiling of the 2 KB weight buffer, but fits 4 KB.
@@ -258,6 +261,7 @@ def test_local_run_rows_errors_traces_and_parquet(tmp_path: Path) -> None:
         assert bad["error"] == (f"ConfigError: t[{bad['point_index']}]: buffers.wgt: expected "
                                 "a power-of-two number of bytes, got 3000")
         assert bad["buffers.wgt"] == 3000 and bad["cycles"] is None
+        assert bad["energy_uj"] is None
     assert summary.errors == 3 and summary.ok == 3
     assert sum(line.count("\n") for line in lines) == 6  # not a TTY: one line per point
     assert summary.parquet == out / "results.parquet"
@@ -506,7 +510,7 @@ workloads:
   - conv2d: {small("a")}
 area: {{target: ecp5}}
 """))
-    assert spec.metrics[-1] == "area"
+    assert "area" in spec.metrics
     run_sweep(spec, tmp_path / "out", workers=1, quiet=True)
     rows = read_results(tmp_path / "out")
     assert [(r["area.target"], r["area.luts"], r["area.dsps"], r["area.brams"])

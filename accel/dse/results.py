@@ -17,6 +17,9 @@ Columns (the contract with :mod:`accel.plots`; see :func:`columns`):
   ``gemm_utilization``; ``dram_bytes``: ``dram_bytes``, ``bytes.inp|wgt|acc|uop|out``;
   ``stalls``: ``busy.<m>``, ``stall.<m>.dram|cmd_empty|queue_full|token|full`` for m in fetch,
   load, compute, store; ``area``: ``area.target``, ``area.luts|ffs|dsps|brams``;
+  ``energy``: ``energy_uj``, ``pj_per_mac``, ``tops_per_w``, ``power_mw`` (at the config's
+  clock) and ``energy.<component>`` in microjoules (``accel.machine.energy.COMPONENTS``), with
+  the config's energy table; per MAC and TOPS/W over the layer's MACs (empty on fsim);
 - trailer: ``wall_seconds``, ``finished_at`` (ISO 8601 UTC), ``worker``.
 """
 
@@ -29,6 +32,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from accel.machine.energy import COMPONENTS
 
 __all__ = [
     "CONFIG_COLUMNS",
@@ -59,6 +64,8 @@ METRIC_COLUMNS: dict[str, tuple[str, ...]] = {
     "stalls": tuple(c for m in MODULES
                     for c in (f"busy.{m}", *(f"stall.{m}.{k}" for k in STALL_KINDS))),
     "area": ("area.target", "area.luts", "area.ffs", "area.dsps", "area.brams"),
+    "energy": ("energy_uj", "pj_per_mac", "tops_per_w", "power_mw",
+               *(f"energy.{c}" for c in COMPONENTS)),
 }
 TRAILER = ("wall_seconds", "finished_at", "worker")
 STRING_COLUMNS = frozenset({"point_id", "sweep", "config_name", "core", "workload", "layer",
@@ -66,7 +73,7 @@ STRING_COLUMNS = frozenset({"point_id", "sweep", "config_name", "core", "workloa
                             "worker"})
 """Columns kept as text by :func:`read_results` (everything else is parsed as a number)."""
 _FLOAT_COLUMNS = frozenset({"clock_mhz", "milliseconds", "compile_seconds", "gemm_utilization",
-                            "wall_seconds"})
+                            "wall_seconds", *METRIC_COLUMNS["energy"]})
 
 RESULTS_CSV = "results.csv"
 RESULTS_PARQUET = "results.parquet"

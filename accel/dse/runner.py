@@ -161,6 +161,20 @@ def _seed(point: Point) -> list[int]:
     return [point.seed, int(point.point_id, 16) % (1 << 63)]
 
 
+def _energy_columns(components_uj: dict[str, float], macs: int, cycles: int,
+                    cfg: HwConfig) -> dict[str, Any]:
+    """The ``energy`` metric's columns from a run's energy by component (microjoules)."""
+    uj = sum(components_uj.values())
+    seconds = cycles / (cfg.clock_mhz * 1e6)
+    return {
+        "energy_uj": uj,
+        "pj_per_mac": uj * 1e6 / macs if macs else None,
+        "tops_per_w": 2 * macs / (uj * 1e-6) / 1e12 if uj and macs else None,
+        "power_mw": uj * 1e-6 / seconds * 1e3 if seconds else None,
+        **{f"energy.{c}": v for c, v in components_uj.items()},
+    }
+
+
 def _stats_metrics(stats: Any, backend: str, cfg: HwConfig, cycles: int | None, macs: int,
                    compile_seconds: float | None) -> dict[str, Any]:
     """Metric columns from a backend's stats (a SimStats on sim, fsim's or the RTL's counters)."""
@@ -172,6 +186,14 @@ def _stats_metrics(stats: Any, backend: str, cfg: HwConfig, cycles: int | None, 
             out["gemm_utilization"] = macs / (cycles * cfg.peak_macs_per_cycle)
     if stats is None:
         return out
+    from accel.machine.energy import estimate
+    from runtime.backends import activity
+
+    found = activity(stats)
+    if cycles and found is not None:
+        energy = estimate(found[0], cfg, cycles, found[1])
+        out.update(_energy_columns({c: v * 1e-6 for c, v in energy.components.items()}, macs,
+                                   cycles, cfg))
     if hasattr(stats, "modules") and hasattr(stats, "dram_loaded"):  # sim.stats.SimStats
         loaded = {b: stats.dram_loaded.get(b, 0) for b in ("inp", "wgt", "acc", "uop")}
         out.update({f"bytes.{b}": n for b, n in loaded.items()})
@@ -256,6 +278,8 @@ def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
         op = exe.compiled.get(layer.name)
         r.update(_stats_metrics(stats.get(layer.name), point.backend, cfg, layer.cycles,
                                 layer.macs, op.compile_seconds if op is not None else None))
+        if layer.energy_uj is not None and layer.cycles:
+            r.update(_energy_columns(layer.energy, layer.macs, layer.cycles, cfg))
         if layer.check is False:
             r = _error(r, f"check: {layer.name} differs from the numpy reference")
         rows.append(r)

@@ -20,7 +20,7 @@ Layout::
         image_size: 32          #   (optional: batch, image_size, seq_len)
       - onnx: net.onnx          # an ONNX file (relative to the spec), as a whole model
     backend: sim                # fsim | sim | rtl
-    metrics: [cycles, gemm_utilization, dram_bytes, stalls, area]   # default: all given
+    metrics: [cycles, gemm_utilization, dram_bytes, stalls, area, energy]   # default: all
     area: {target: ecp5}        # synthesis per config (needs the area metric)
     traces: false               # DIR/traces/<point_id>.json per point (sim backend)
     check: false                # compare every output with the numpy kernels
@@ -60,7 +60,7 @@ __all__ = [
 BACKENDS = ("fsim", "sim", "rtl")
 """Backends a sweep may run on."""
 
-METRICS = ("cycles", "gemm_utilization", "dram_bytes", "stalls", "area")
+METRICS = ("cycles", "gemm_utilization", "dram_bytes", "stalls", "area", "energy")
 """Metric groups; each adds its columns to the results (see :mod:`accel.dse.results`)."""
 
 _TOP_KEYS = ("name", "description", "base", "mode", "axes", "workloads", "backend", "metrics",

@@ -8,6 +8,9 @@
 - :mod:`~accel.machine.dram`: the DRAM byte image and the blocked tensor layouts;
 - :mod:`~accel.machine.builder`: ``ProgramBuilder`` for hand-written programs;
 - :mod:`~accel.machine.costs`: the cycle cost of every instruction;
+- :mod:`~accel.machine.actions`: the actions that cost energy, counted per instruction as the
+  RTL counts them; :mod:`~accel.machine.energy_table`: the energy table (picojoules per
+  action, YAML); :mod:`~accel.machine.energy`: counts times the table, by component;
 - :mod:`~accel.machine.tokens`: the token protocol run without time (the order instructions may
   retire in, deadlocks and leftovers named), and a program's placement in DRAM;
 - :mod:`~accel.machine.cache`: the on-disk cache folders every engine keys by what produced

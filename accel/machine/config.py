@@ -16,6 +16,10 @@ YAML layout (every section optional except ``core``; absent keys take the defaul
     gemm:      {ii: 1, depth: 5}                                   # cycles
     alu:       {ii: 2, depth: 4}                                   # cycles
     isa:       {iter_bits: 14, dram_addr_bits: 32, size_bits: 16, pad_bits: 4}
+    energy:    45nm        # an energy table: shipped name, YAML path, or an inline mapping
+
+``energy`` is not a hardware parameter (:mod:`accel.machine.energy_table`): it changes no cycle
+and no program, so it takes no part in the canonical name or in equality, and keys no cache.
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ from typing import Any
 
 import yaml
 
+from accel.machine.energy_table import (
+    EnergyError,
+    EnergyTable,
+    default_energy_table,
+    load_energy_table,
+    parse_energy_table,
+)
 from accel.machine.layout import IsaLayout
 
 __all__ = [
@@ -237,6 +248,8 @@ class HwConfig:
     isa: IsaWidths = field(default_factory=IsaWidths)
     store: StoreConfig = field(default_factory=StoreConfig)
     description: str = ""
+    energy: EnergyTable = field(default_factory=default_energy_table, compare=False, repr=False)
+    """The energy table (not a hardware parameter: no part in equality or the name)."""
     source: str = field(default="<dict>", compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -279,26 +292,37 @@ class HwConfig:
                         f"{source}: description: expected a string, got {type(value).__name__}"
                     )
                 kwargs[key] = value
+            elif key == "energy":
+                kwargs[key] = _energy(value, source)
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """The config as plain YAML-ready data (round-trips through :meth:`from_dict`)."""
+        """The config as plain YAML-ready data (round-trips through :meth:`from_dict`).
+
+        The energy table is included (as data) only when it is not the shipped default, so
+        that the data of every config that does not name one is what it was before tables
+        existed (sweep digests hash it).
+        """
         out: dict[str, Any] = {}
         for f in fields(self):
-            if f.name == "source":
+            if f.name in ("source", "energy"):
                 continue
             value = getattr(self, f.name)
             out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
         if not self.description:
             del out["description"]
+        if self.energy != default_energy_table():
+            out["energy"] = self.energy.to_dict()
         return out
 
     def replace(self, **changes: Any) -> HwConfig:
         """A validated copy with some fields replaced; dotted keys reach into sections.
 
-        ``cfg.replace(**{"buffers.wgt": 32768, "clock_mhz": 200})``
+        ``cfg.replace(**{"buffers.wgt": 32768, "clock_mhz": 200})``; ``energy=`` takes a table,
+        a shipped table name, a path or a mapping (the copy keeps this config's table otherwise).
         """
         data = self.to_dict()
+        data["energy"] = self.energy
         for key, value in changes.items():
             section, _, leaf = key.partition(".")
             if leaf:
@@ -471,6 +495,7 @@ class HwConfig:
         base = "_".join([base, *(t for t in tags if t)])
         rest = {k: v for k, v in self.to_dict().items() if k not in _STRUCTURAL}
         rest.pop("description", None)
+        rest.pop("energy", None)            # not a hardware parameter
         defaults = HwConfig().to_dict()
         for section, leaf in FEATURE_TAGS:          # spelled out above
             rest[section] = {**rest[section], leaf: defaults[section][leaf]}
@@ -498,6 +523,23 @@ class HwConfig:
             "peak_gops": round(self.peak_gops, 3),
             "dram_gbytes_per_s": round(self.dram_gbytes_per_s, 3),
         }
+
+
+def _energy(value: Any, source: str) -> EnergyTable:
+    """A config's ``energy`` value as a table: a shipped name or a path (relative to the
+    config's folder), an inline mapping, or a table."""
+    if isinstance(value, EnergyTable):
+        return value
+    try:
+        if isinstance(value, str):
+            folder = Path(source).parent if source not in ("<dict>", "") else None
+            return load_energy_table(value, relative_to=folder)
+        if isinstance(value, dict):
+            return parse_energy_table(value, source, prefix="energy.")
+    except EnergyError as exc:
+        raise ConfigError(str(exc)) from None
+    raise ConfigError(f"{source}: energy: expected a shipped energy table name, a YAML path or "
+                      f"a mapping, got {type(value).__name__} {value!r}")
 
 
 def _format_bits(cfg: HwConfig) -> dict[str, int]:
@@ -564,6 +606,8 @@ def _check(cond: bool, cfg: HwConfig, key: str, expected: str, got: Any) -> None
 
 def _validate(cfg: HwConfig) -> None:
     src = cfg.source
+    if not isinstance(cfg.energy, EnergyTable):
+        raise ConfigError(f"{src}: energy: expected an EnergyTable, got {cfg.energy!r}")
     for sec_name, cls in _SECTIONS.items():
         sec = getattr(cfg, sec_name)
         if not isinstance(sec, cls):

@@ -224,8 +224,10 @@ class Program:
 
     def to_bytes(self) -> bytes:
         """The binary program file contents."""
+        # The hardware only: the energy table (not a hardware parameter) changes no program.
+        hardware = {k: v for k, v in self.config.to_dict().items() if k != "energy"}
         header = {
-            "config": self.config.to_dict(),
+            "config": hardware,
             "config_name": self.config.name,
             "n_insns": len(self.insns),
             "n_uops": len(self.uops),

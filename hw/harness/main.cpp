@@ -17,7 +17,9 @@
 // access outside the image; 2: bad arguments (LATENCY and BYTES_PER_CYCLE are at least 1) or
 // files.
 //
-// accel_params.h (generated) defines REQ_ADDR_LSB/BITS, REQ_BYTES_LSB/BITS, REQ_WRITE_LSB.
+// accel_params.h (generated) defines REQ_ADDR_LSB/BITS, REQ_BYTES_LSB/BITS, REQ_WRITE_LSB, and
+// ACCEL_COUNTERS, X(i) for each activity counter cnt<i> of the wrapper (hw/activity.py), whose
+// values go to the JSON line as "counters".
 
 #include <algorithm>
 #include <cstdint>
@@ -175,6 +177,7 @@ int main(int argc, char** argv) {
     std::vector<uint64_t> in_flight;  // done cycles of the transactions in flight
     uint64_t bus_free = 0;            // the first cycle after the last granted beat
     uint64_t bytes_read = 0, bytes_written = 0, transactions = 0;
+    uint64_t read_txns = 0, write_txns = 0, beats = 0;
     uint64_t cycle = 0;
     int status = 0;
     uint64_t cycles = 0;
@@ -227,6 +230,8 @@ int main(int argc, char** argv) {
             in_flight.push_back(t.done);
             if (write) acks.push_back(t.done - 1);
             ++transactions;
+            ++(write ? write_txns : read_txns);
+            beats += t.end - t.first;
             (write ? bytes_written : bytes_read) += bytes;
         }
         if (top->done) {
@@ -266,8 +271,17 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "{\"cycles\": %llu, \"dram_bytes_read\": %llu, \"dram_bytes_written\": %llu, "
-        "\"dram_transactions\": %llu}\n",
+        "\"dram_transactions\": %llu, \"dram_read_txns\": %llu, \"dram_write_txns\": %llu, "
+        "\"dram_beats\": %llu, \"counters\": [",
         (unsigned long long)cycles, (unsigned long long)bytes_read,
-        (unsigned long long)bytes_written, (unsigned long long)transactions);
+        (unsigned long long)bytes_written, (unsigned long long)transactions,
+        (unsigned long long)read_txns, (unsigned long long)write_txns,
+        (unsigned long long)beats);
+#define X(i) static_cast<unsigned long long>(top->cnt##i),
+    const unsigned long long counters[] = {ACCEL_COUNTERS};
+#undef X
+    for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); ++i)
+        std::printf("%s%llu", i ? ", " : "", counters[i]);
+    std::printf("]}\n");
     return 0;
 }
