@@ -21,7 +21,8 @@ class Report:
     ``cycles`` and ``gemm_utilization`` are None on ``fsim`` (no notion of time). ``bytes`` are
     DRAM bytes loaded per buffer and stored; ``stalls`` are cycles by module and cause.
     ``energy`` is the run's :class:`accel.machine.energy.EnergyReport` with the config's energy
-    table (None on ``fsim``: leakage and the modules' clocks need time).
+    table (None on ``fsim``: leakage and the modules' clocks need time). ``alu_busy`` is the
+    compute module's cycles issuing ALU micro-ops (``sim`` only; ``costs.alu_cycles``).
     """
 
     backend: str
@@ -36,6 +37,7 @@ class Report:
     compile_seconds: float
     clock_mhz: float
     energy: Any = None
+    alu_busy: int | None = None
 
     @property
     def milliseconds(self) -> float | None:
@@ -50,6 +52,7 @@ class Report:
             "bytes": dict(self.bytes), "stalls": {m: dict(s) for m, s in self.stalls.items()},
             "insn_counts": dict(self.insn_counts), "compile_seconds": self.compile_seconds,
             "energy": None if self.energy is None else self.energy.to_dict(),
+            "alu_busy": self.alu_busy,
         }
 
 
@@ -78,6 +81,7 @@ def _report(result: RunResult, compiled: Any, macs: int, cfg: HwConfig) -> Repor
         macs=macs, bytes=moved, stalls=stalls,
         insn_counts=compiled.program.counts(), compile_seconds=compiled.compile_seconds,
         clock_mhz=compiled.config.clock_mhz, energy=result.energy(cfg),
+        alu_busy=getattr(stats, "alu_busy", None) if caps.module_stats else None,
     )
 
 

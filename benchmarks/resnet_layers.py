@@ -9,13 +9,18 @@ with ``backend="sim"``:
 - the default heuristic (``default_conv2d_knobs``): one of the two, marked ``*`` (else a row of
   its own).
 
-Columns: cycles, GEMM utilisation (``Report.gemm_utilization``), DRAM bytes moved (sum of
+Columns: cycles, GEMM utilisation (``Report.gemm_utilization``), ALU busy (the share of the
+cycles the compute module issues ALU micro-ops, ``Report.alu_busy``), the roofline bound and
+efficiency (``../shared/ROOFLINE.md``: the conv2d operator's ``bound``, the same figure
+``accel run`` reports per layer, over the cycles), DRAM bytes moved (sum of
 ``Report.bytes``, micro-op loads included) against the compulsory minimum (every input, weight,
 bias and output byte moved once, in the blocked layouts with channels padded to the block; input
 pixels that no window reads excluded), their ratio, compile time (``Report.compile_seconds``,
 with the compile cache cleared per layer) and the knobs. One summary line per config gives the
 mean GEMM utilisation over the layers for 1T, 2T and the heuristic (the issue's target: >= 0.90
-on default with the heuristic; TVM reported 0.70 -> 0.88 from latency hiding). With ``--check``
+on default with the heuristic; TVM reported 0.70 -> 0.88 from latency hiding), and the
+heuristic's total cycles, roofline efficiency (sum of bounds over sum of cycles) and ALU busy
+share. With ``--check``
 (the default) every output is compared with ``runtime.kernels.conv2d``.
 
     python benchmarks/resnet_layers.py [--configs default,vta_1x16x16] [--layers C2,C9]
@@ -37,6 +42,7 @@ from accel.machine.config import HwConfig
 from compiler.ops.compiled import cache_clear
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
 from compiler.ops.heuristic import default_conv2d_knobs, estimate_conv2d_cycles, knob_candidates
+from compiler.ops.registry import accel_op
 from compiler.ops.workloads import RESNET18_LAYERS
 from runtime import kernels
 
@@ -59,6 +65,13 @@ class Row:
     minimum: int
     compile_seconds: float
     exact: bool | None
+    alu_busy: int
+    bound: float
+
+    @property
+    def efficiency(self) -> float:
+        """Roofline efficiency (ROOFLINE.md): the bound over the cycles."""
+        return self.bound / self.cycles
 
 
 def workload(layer: str) -> Conv2dWorkload:
@@ -123,6 +136,7 @@ def measure_layer(layer: str, cfg: HwConfig, check: bool, rng: np.random.Generat
     if all(knobs != heuristic for _, knobs in variants):
         variants.append(("heur", heuristic))
     minimum = compulsory_bytes(wl, cfg)
+    bound = accel_op("conv2d").bound(wl, cfg)
     cache_clear()
     rows = []
     for label, knobs in variants:
@@ -131,21 +145,24 @@ def measure_layer(layer: str, cfg: HwConfig, check: bool, rng: np.random.Generat
         rows.append(Row(layer, label, knobs == heuristic, knobs, report.cycles,
                         report.gemm_utilization, sum(report.bytes.values()), minimum,
                         report.compile_seconds,
-                        None if expected is None else bool(np.array_equal(y, expected))))
+                        None if expected is None else bool(np.array_equal(y, expected)),
+                        report.alu_busy or 0, bound))
     return rows
 
 
 def print_table(cfg: HwConfig, rows: list[Row]) -> None:
     print(f"\nconfig {cfg.name}  ({cfg.batch}x{cfg.block_in}x{cfg.block_out} core, "
           f"{cfg.peak_macs_per_cycle} MACs/cycle, {cfg.clock_mhz:g} MHz)")
-    header = (f"{'layer':<5} {'vt':<5} {'cycles':>10} {'GEMM util':>9} {'DRAM bytes':>11} "
-              f"{'minimum':>10} {'ratio':>6} {'compile s':>9}  {'exact':<5}  knobs")
+    header = (f"{'layer':<5} {'vt':<5} {'cycles':>10} {'GEMM util':>9} {'ALU busy':>8} "
+              f"{'bound':>9} {'roof':>5} {'DRAM bytes':>11} {'minimum':>10} {'ratio':>6} "
+              f"{'compile s':>9}  {'exact':<5}  knobs")
     print(header)
     print("-" * len(header))
     for r in rows:
         exact = "-" if r.exact is None else ("yes" if r.exact else "NO")
         mark = "*" if r.heuristic else " "
         print(f"{r.layer:<5} {r.variant + mark:<5} {r.cycles:>10,} {r.utilization:>9.3f} "
+              f"{r.alu_busy / r.cycles:>8.3f} {r.bound:>9,.0f} {r.efficiency:>5.3f} "
               f"{r.moved:>11,} {r.minimum:>10,} {r.moved / r.minimum:>6.2f} "
               f"{r.compile_seconds:>9.3f}  {exact:<5}  {knobs_text(r.knobs)}")
 
@@ -153,6 +170,14 @@ def print_table(cfg: HwConfig, rows: list[Row]) -> None:
 def summary(cfg: HwConfig, rows: list[Row]) -> str:
     def mean(select: list[Row]) -> str:
         return f"{statistics.fmean(r.utilization for r in select):.3f}" if select else "n/a"
+
+    def roof(select: list[Row]) -> str:
+        cycles = sum(r.cycles for r in select)
+        return f"{sum(r.bound for r in select) / cycles:.3f}" if cycles else "n/a"
+
+    def alu(select: list[Row]) -> str:
+        cycles = sum(r.cycles for r in select)
+        return f"{sum(r.alu_busy for r in select) / cycles:.3f}" if cycles else "n/a"
 
     layers = sorted({r.layer for r in rows}, key=lambda name: int(name[1:]))
     one = [r for r in rows if r.variant == "1T"]
@@ -167,7 +192,9 @@ def summary(cfg: HwConfig, rows: list[Row]) -> str:
     return (f"summary {cfg.name}: mean GEMM utilisation over {span} ({len(layers)} layers): "
             f"1 thread {mean(one)}, 2 threads {mean(two)}, default heuristic {mean(heur)} "
             f"(its {len(spatial)} layers with k > 1: {mean(spatial)}); "
-            f"total cycles 1T/2T = {speedup:.2f}x")
+            f"total cycles 1T/2T = {speedup:.2f}x; heuristic: {sum(r.cycles for r in heur):,} "
+            f"cycles, roofline efficiency {roof(heur)} (sum of bounds / sum of cycles), "
+            f"ALU busy {alu(heur)}")
 
 
 def main() -> int:

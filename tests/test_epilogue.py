@@ -86,6 +86,28 @@ def test_the_passes_replace_the_alu_work(variant: str, cfg: HwConfig) -> None:
         assert got["store_acc"] == 0 and got["store_out"] == plain["store_out"]
 
 
+def test_the_alu_is_idle_with_both(tiny: HwConfig) -> None:
+    """The compute module's ALU cycles (``Report.alu_busy``, the timing simulator's
+    ``costs.alu_cycles`` of each ALU instruction) go from the requantisation and bias chain's
+    to none with both options, for the same output; fsim has no cycles to report."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 8, 6, 6), dtype=np.int8)
+    w = rng.integers(-128, 128, (8, 8, 1, 1), dtype=np.int8)
+    bias = rng.integers(-(2**12), 2**12, 8, dtype=np.int32)
+    args = {"bias": bias, "shift": 6, "relu": True}
+    y0, plain = accel.conv2d(x, w, **args, config=tiny, backend="sim")
+    y1, both = accel.conv2d(x, w, **args, config=tiny.replace(**BOTH), backend="sim")
+    np.testing.assert_array_equal(y0, y1)
+    np.testing.assert_array_equal(y0, kernels.conv2d(x, w, **args))
+    # ADD (acc operand), SHR, MIN, MAX on every acc tile (36 pixels x 2 channel blocks), each
+    # a micro-op per alu.ii cycles
+    assert [plain.insn_counts[f"ALU_{op}"] for op in ("ADD", "SHR", "MIN", "MAX")] == [2] * 4
+    assert plain.alu_busy is not None and plain.alu_busy >= 4 * 72 * tiny.alu.ii
+    assert not any(name.startswith("ALU_") for name in both.insn_counts)
+    assert both.alu_busy == 0 and both.to_dict()["alu_busy"] == 0
+    assert accel.conv2d(x, w, **args, config=tiny, backend="fsim")[1].alu_busy is None
+
+
 def test_without_the_options_the_ir_is_unchanged(cfg: HwConfig) -> None:
     wl = resnet18_layer("C3")
     result = build(conv2d_schedule(wl, default_conv2d_knobs(wl, cfg), cfg), cfg, "c3",
