@@ -81,8 +81,10 @@ def cmd_config_list(args: argparse.Namespace) -> int:
         print(json.dumps([{"name": name, "config": cfg.name, "description": cfg.description}
                           for name, cfg in configs], indent=2))
         return 0
+    wide = max(len(name) for name, _ in configs)
+    full = max(len(cfg.name) for _, cfg in configs)
     for name, cfg in configs:
-        print(f"{name:<16} {cfg.name:<44} {cfg.description}")
+        print(f"{name:<{wide}} {cfg.name:<{full}} {cfg.description}")
     return 0
 
 

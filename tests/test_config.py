@@ -21,7 +21,8 @@ CORE = "core: {batch: 1, block_in: 8, block_out: 8}\n"
 
 
 def test_shipped_configs_load() -> None:
-    assert shipped_configs() == ["default", "tiny", "vta_1x16x16"]
+    assert shipped_configs() == ["default", "default_postproc", "tiny", "vta_1x16x16",
+                                 "vta_1x16x16_postproc"]
     for name in shipped_configs():
         assert isinstance(load_config(name), HwConfig)
 
@@ -174,8 +175,9 @@ def test_missing_file_and_unknown_name(tmp_path: Path) -> None:
         load_config(missing)
     with pytest.raises(
         ConfigError,
-        match="^" + re.escape("vta_2x2: no such shipped config; expected one of default, tiny, "
-                              "vta_1x16x16 or a path to a .yaml file") + "$",
+        match="^" + re.escape("vta_2x2: no such shipped config; expected one of default, "
+                              "default_postproc, tiny, vta_1x16x16, vta_1x16x16_postproc or a "
+                              "path to a .yaml file") + "$",
     ):
         load_config("vta_2x2")
 
