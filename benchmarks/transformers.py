@@ -8,7 +8,8 @@ For each report: the accelerator cycles, the GEMM utilisation of the QKV project
 attention products (``batch_matmul``), the attention output projection and the FFN layers
 (MAC-weighted over the group: the group's MACs over its cycles times the peak), the roofline
 efficiency (ROOFLINE.md: the sum of the bounds over the sum of the cycles of the accelerator
-layers), the MAC share offloaded and the fallback's wall time.
+layers), the MAC share offloaded, the fallback's host time and its share of the run's, and the
+accelerator layers' host time (the simulators', with the operands' packing).
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
         "accel_cycles": totals["accel_cycles"],
         "roofline_efficiency": totals["roofline_efficiency"],
         "offloaded_mac_share": totals["offloaded_mac_share"],
-        "fallback_wall_ms": totals["fallback_wall_ms"],
+        "fallback_host_ms": totals["fallback_host_ms"],
+        "fallback_host_share": totals["fallback_host_share"],
+        "accel_host_ms": sum(x["host_ms"] for x in report["layers"] if x["target"] == "accel"),
     }
     for group in GROUPS:
         layers = [x for x in report["layers"] if x["target"] == "accel" and group_of(x) == group]
@@ -63,7 +66,9 @@ def main() -> None:
         s = summarise(json.loads((Path(d) / "report.json").read_text()))
         print(f"{s['model']} on {s['config']}: {s['accel_cycles']:,} cycles, roofline "
               f"efficiency {s['roofline_efficiency']:.3f}, MACs offloaded "
-              f"{100 * s['offloaded_mac_share']:.2f}%, fallback {s['fallback_wall_ms']:.0f} ms")
+              f"{100 * s['offloaded_mac_share']:.2f}%, fallback {s['fallback_host_ms']:.0f} ms "
+              f"host time ({100 * (s['fallback_host_share'] or 0):.1f}% of the run's), "
+              f"accelerator layers {s['accel_host_ms'] / 1000:.1f} s host time")
         print("  GEMM utilisation: " + ", ".join(
             f"{g} {s[f'util_{g}']:.3f} ({s[f'cycles_{g}']:,} cycles)" for g in GROUPS
             if s[f"util_{g}"] is not None))

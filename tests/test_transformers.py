@@ -3,7 +3,9 @@ against its kernel on every backend and shipped config, and the zoo encoders end
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -288,6 +290,33 @@ def test_accel_run_bert_tiny(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "bert_tiny", "--seq-len", "0"]) == 2
     err = capsys.readouterr().err
     assert err == "accel: error: bert_tiny: seq_len must be an int in 1..512, got 0\n"
+
+
+def test_transformers_benchmark_reads_a_run_folder(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/transformers.py summarises what accel run --out wrote (its keys follow
+    report.json's)."""
+    import runpy
+    import sys
+
+    from accel.cli import main
+
+    out = tmp_path / "bert"
+    assert main(["run", "bert_tiny", "--seq-len", "8", "--no-trace", "--quiet",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    bench = Path(__file__).parent.parent / "benchmarks" / "transformers.py"
+    argv = sys.argv
+    sys.argv = [str(bench), str(out)]
+    try:
+        runpy.run_path(str(bench), run_name="__main__")
+    finally:
+        sys.argv = argv
+    text = capsys.readouterr().out
+    report = json.loads((out / "report.json").read_text())
+    assert text.startswith(f"bert_tiny on {report['config']}: "
+                           f"{report['totals']['accel_cycles']:,} cycles, roofline efficiency ")
+    assert "GEMM utilisation: qkv " in text and "attention " in text and "ffn " in text
 
 
 @pytest.mark.slow
