@@ -160,9 +160,11 @@ def test_energy_table_files(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------- counts
-def hand_program(tiny: HwConfig) -> tuple[Program, Dram]:
+def hand_program(tiny: HwConfig, options: bool = False) -> tuple[Program, Dram]:
     """Loads with padding, a reset GEMM, a GEMM with an outer loop, ALU ADD (immediate) and
-    MAX (acc operand), a store: counted by hand in :data:`HAND_COUNTS`."""
+    MAX (acc operand), a store: counted by hand in :data:`HAND_COUNTS`. With ``options``
+    (``tiny`` must have ``store.postproc`` and ``gemm.reset_from_acc``) the reset copies acc
+    and a STORE ACC of the same four tiles follows the STORE OUT."""
     rng = np.random.default_rng(3)
     b = ProgramBuilder(tiny)
     ia = b.tensor("inp", rng.integers(-128, 128, (4, 1, 4), dtype=np.int8))
@@ -172,11 +174,16 @@ def hand_program(tiny: HwConfig) -> tuple[Program, Dram]:
     b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=2, x_stride=2)
     b.load(MemType.INP, sram_base=0, dram_base=ia, y_size=2, x_size=2, x_stride=2, x_pad_0=1)
     b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=2, x_stride=2, push_next=True)
-    b.gemm(uop_bgn=0, uop_end=2, reset=True, pop_prev=True)
+    b.gemm(uop_bgn=0, uop_end=2, reset=True, pop_prev=True, **({"from_acc": True} if options
+                                                              else {}))
     b.gemm(uop_bgn=0, uop_end=2, iter_out=2, dst_factor_out=2, src_factor_out=3)
     b.alu(AluOp.ADD, uop_bgn=0, uop_end=2, use_imm=True, imm=1)
     b.alu(AluOp.MAX, uop_bgn=0, uop_end=1, push_next=True)
-    b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True, push_prev=True)
+    b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True,
+            push_prev=not options)
+    if options:
+        b.store(MemType.ACC, sram_base=0, dram_base=oa, x_size=4, x_stride=4, shift=2,
+                clip_lo=-128, clip_hi=127, push_prev=True)
     b.finish(pop_next=True)
     return b.build()
 
@@ -218,24 +225,7 @@ def test_hand_program_counts_postproc_and_reset_from_acc(tiny: HwConfig) -> None
     reads the copy, not out; a GEMM reset from acc reads its source: the hand program with
     its reset copying acc and a STORE ACC of the same four tiles after its STORE OUT."""
     cfg = tiny.replace(**{"store.postproc": True, "gemm.reset_from_acc": True})
-    rng = np.random.default_rng(3)
-    b = ProgramBuilder(cfg)
-    ia = b.tensor("inp", rng.integers(-128, 128, (4, 1, 4), dtype=np.int8))
-    wa = b.tensor("wgt", rng.integers(-128, 128, (2, 4, 4), dtype=np.int8))
-    oa = b.buffer("out", 4 * 4, 4)
-    b.uops([(0, 0, 0), (1, 1, 1)])
-    b.load(MemType.UOP, sram_base=0, dram_base=b.uop_base, x_size=2, x_stride=2)
-    b.load(MemType.INP, sram_base=0, dram_base=ia, y_size=2, x_size=2, x_stride=2, x_pad_0=1)
-    b.load(MemType.WGT, sram_base=0, dram_base=wa, x_size=2, x_stride=2, push_next=True)
-    b.gemm(uop_bgn=0, uop_end=2, reset=True, from_acc=True, pop_prev=True)
-    b.gemm(uop_bgn=0, uop_end=2, iter_out=2, dst_factor_out=2, src_factor_out=3)
-    b.alu(AluOp.ADD, uop_bgn=0, uop_end=2, use_imm=True, imm=1)
-    b.alu(AluOp.MAX, uop_bgn=0, uop_end=1, push_next=True)
-    b.store(sram_base=0, dram_base=oa, x_size=4, x_stride=4, pop_prev=True)
-    b.store(MemType.ACC, sram_base=0, dram_base=oa, x_size=4, x_stride=4, shift=2,
-            clip_lo=-128, clip_hi=127, push_prev=True)
-    b.finish(pop_next=True)
-    program, dram = b.build()
+    program, dram = hand_program(cfg, options=True)
     want = copy.deepcopy(HAND_COUNTS)
     want.reads["acc"] += 2              # the reset's two micro-ops read their source
     want.reads["acc_copy"] = 4          # STORE ACC: four tiles from the copy
@@ -338,19 +328,12 @@ def test_counts_equal_fsim_and_sim_on_random_programs(name: str) -> None:
 
 
 def test_counts_equal_fsim_and_sim_on_a_compiled_layer(cfg: HwConfig) -> None:
-    from compiler.ops.compiled import compile_conv2d, pack_conv2d_args
-    from compiler.ops.conv2d import Conv2dWorkload
+    from test_energy_rtl import conv_layer
 
-    wl = Conv2dWorkload(1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, True, 6, True)
-    op = compile_conv2d(wl, cfg)
-    rng = np.random.default_rng(0)
-    image = op.dram(**pack_conv2d_args(
-        op, rng.integers(-128, 128, (1, 16, 8, 8), dtype=np.int8),
-        rng.integers(-128, 128, (16, 16, 3, 3), dtype=np.int8),
-        rng.integers(-1000, 1000, 16, dtype=np.int32)))
-    check_counts(op.program, image)
-    stats = accel.run_program(op.program, image, backend="sim").stats
-    assert stats.actions.macs == wl.macs
+    program, image = conv_layer(cfg)
+    check_counts(program, image)
+    stats = accel.run_program(program, image, backend="sim").stats
+    assert stats.actions.macs == 16 * 16 * 8 * 8 * 3 * 3      # the layer's MACs, no padding
 
 
 # ---------------------------------------------------------------------- command line

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel.machine.config import ConfigError, HwConfig, field_kind, load_config, parse_yaml
+from accel.machine.config import ConfigError, HwConfig, field_kind, load_config
+from accel.machine.yamlfile import read_yaml
 
 __all__ = [
     "BACKENDS",
@@ -282,19 +283,11 @@ def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
     if not path.exists() and path.suffix == "" and path.name in shipped_sweeps():
         path = sweeps_dir() / f"{path.name}.yaml"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such sweep spec; expected a YAML path or one of "
-                        f"{', '.join(shipped_sweeps())}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read sweep spec: {exc}") from None
-    try:
-        data = parse_yaml(text, str(path))
-    except ConfigError as exc:
-        raise SpecError(str(exc)) from None
-    return parse_spec(data, source=str(path), base_dir=path.parent, text=text,
-                      default_name=path.stem)
+    data = read_yaml(path, "sweep spec", SpecError,
+                     missing=f"no such sweep spec; expected a YAML path or one of "
+                             f"{', '.join(shipped_sweeps())}")
+    return parse_spec(data, source=str(path), base_dir=path.parent,
+                      text=path.read_text(encoding="utf-8"), default_name=path.stem)
 
 
 def parse_spec(data: Any, source: str = "<dict>", base_dir: str | Path = ".", text: str = "",

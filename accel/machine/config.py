@@ -32,8 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from accel.machine import yamlfile
 from accel.machine.energy_table import (
     EnergyError,
     EnergyTable,
@@ -699,15 +698,7 @@ def shipped_configs() -> list[str]:
 def parse_yaml(text: str, source: str) -> Any:
     """``text`` parsed as YAML; a syntax error is a one-line :class:`ConfigError` naming
     ``source``, line and column."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
-        problem = (exc.problem or str(exc)).strip().replace("\n", " ")
-        raise ConfigError(f"{where}: malformed YAML: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: malformed YAML: {str(exc).splitlines()[0]}") from None
+    return yamlfile.parse_yaml(text, source, ConfigError)
 
 
 def load_config(spec: str | Path | None = None) -> HwConfig:
@@ -739,13 +730,7 @@ def load_config(spec: str | Path | None = None) -> HwConfig:
                 f"{', '.join(shipped_configs())} or a path to a .yaml file"
             )
         path = shipped
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc}") from None
-    data = parse_yaml(text, str(path))
+    data = yamlfile.read_yaml(path, "config file", ConfigError)
     if data is None:
         raise ConfigError(f"{path}: <top>: expected a mapping of config sections, got empty file")
     return HwConfig.from_dict(data, source=str(path))

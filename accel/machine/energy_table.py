@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from accel.machine.yamlfile import read_yaml
 
 __all__ = [
     "ALU_OPS",
@@ -391,21 +391,7 @@ def shipped_energy_tables() -> list[str]:
 
 
 def _read(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise EnergyError(f"{path}: no such energy table file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnergyError(f"{path}: cannot read energy table: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = (exc.problem or str(exc)).strip().replace("\n", " ")
-        raise EnergyError(f"{where}: malformed YAML: {problem}") from None
-    except yaml.YAMLError as exc:
-        raise EnergyError(f"{path}: malformed YAML: {str(exc).splitlines()[0]}") from None
+    data = read_yaml(path, "energy table", EnergyError, missing="no such energy table file")
     if data is None:
         raise EnergyError(f"{path}: <top>: expected a mapping of energy table sections, got "
                           "empty file")

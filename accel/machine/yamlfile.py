@@ -1,0 +1,46 @@
+"""YAML files of the contract (configs, energy tables, sweep specs): read and parsed with a
+one-line error that names the file, and the line and column of a syntax error.
+
+Each caller passes its own exception class, so that a bad config is a ``ConfigError``, a bad
+energy table an ``EnergyError``, and so on; the messages have one form everywhere::
+
+    my.yaml: no such config file
+    my.yaml: cannot read config file: [Errno 13] Permission denied: 'my.yaml'
+    my.yaml:3:7: malformed YAML: mapping values are not allowed here
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["parse_yaml", "read_yaml"]
+
+
+def parse_yaml(text: str, source: str, error: type[Exception] = ValueError) -> Any:
+    """``text`` parsed as YAML; a syntax error is one ``error`` naming ``source``, line and
+    column."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{source}:{mark.line + 1}:{mark.column + 1}" if mark else source
+        problem = (exc.problem or str(exc)).strip().replace("\n", " ")
+        raise error(f"{where}: malformed YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise error(f"{source}: malformed YAML: {str(exc).splitlines()[0]}") from None
+
+
+def read_yaml(path: Path, what: str, error: type[Exception], missing: str | None = None) -> Any:
+    """The YAML content of the file ``path``, a ``what`` (``"config file"``, ...): a missing
+    file is ``error("PATH: no such WHAT")`` (or ``PATH: MISSING`` when ``missing`` is given), an
+    unreadable one ``PATH: cannot read WHAT: ...``, a syntax error as :func:`parse_yaml`'s."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: {missing or f'no such {what}'}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot read {what}: {exc}") from None
+    return parse_yaml(text, str(path), error)
