@@ -390,7 +390,8 @@ def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, area: str = "luts",
 
 
 def _read_trace(path: Path) -> tuple[dict[str, list[tuple[float, float]]], float]:
-    """Module -> [(start, duration)] in microseconds from a Chrome trace, and the clock."""
+    """Module -> [(start, duration)] in simulated microseconds from a Chrome trace (a run's
+    fallback layers' host time taken out), and the clock (0 when the trace has none)."""
     try:
         data = json.loads(path.read_text())
         events = data["traceEvents"] if isinstance(data, dict) else data
@@ -398,10 +399,18 @@ def _read_trace(path: Path) -> tuple[dict[str, list[tuple[float, float]]], float
                  if e.get("ph") == "M" and e.get("name") == "thread_name"}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PlotError(f"{path}: not a Chrome trace written by accel ({exc})") from None
+    # A run's trace (RunReport.write_trace) puts its fallback layers' host time between the
+    # accelerator layers on one axis; taken out, the module tracks are simulated time alone.
+    gaps = sorted((float(e["ts"]), float(e["dur"])) for e in events
+                  if e.get("ph") == "X" and names.get(e.get("tid")) == "cpu fallback")
+
+    def simulated(ts: float) -> float:
+        return ts - sum(dur for start, dur in gaps if start + dur <= ts)
+
     slices: dict[str, list[tuple[float, float]]] = {m: [] for m in MODULES}
     for e in events:
         if e.get("ph") == "X" and names.get(e.get("tid")) in slices:
-            slices[names[e["tid"]]].append((float(e["ts"]), float(e["dur"])))
+            slices[names[e["tid"]]].append((simulated(float(e["ts"])), float(e["dur"])))
     if not any(slices.values()):
         raise PlotError(f"{path}: the trace has no fetch/load/compute/store slices")
     clock = float(data.get("otherData", {}).get("clock_mhz", 0) or 0) \

@@ -226,8 +226,10 @@ class RunReport:
         _atomic_write(Path(path), buf.getvalue())
 
     def write_trace(self, path: str | Path) -> None:
-        """One Perfetto trace: accelerator layers back to back on the module tracks (offset by
-        the cycles before them), fallback layers on a ``cpu`` track by wall time."""
+        """One Perfetto trace of the run in order: accelerator layers on the module tracks at
+        the config's clock, fallback layers on a ``cpu fallback`` track by host time, each
+        starting where the one before ended (``accel plot``'s timeline takes the fallback's
+        time out to count cycles)."""
         events: list[dict[str, Any]] = []
         us_per_cycle = 1.0 / self.clock_mhz
         offset_us = 0.0
@@ -257,8 +259,11 @@ class RunReport:
                 offset_us += layer.host_ms * 1000.0
         events.append({"ph": "M", "pid": 1, "tid": 9, "name": "thread_name",
                        "args": {"name": "layers"}})
-        _atomic_write(Path(path), json.dumps({"traceEvents": events,
-                                              "displayTimeUnit": "ns"}))
+        # The clock lets readers (accel plot's timeline) turn the module tracks' microseconds
+        # back into cycles, as in a single program's trace (SimStats.write_trace).
+        _atomic_write(Path(path), json.dumps({
+            "traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"cycles": self.accel_cycles, "clock_mhz": self.clock_mhz}}))
 
     def plot_utilization(self, path: str | Path) -> None:
         """Per-layer GEMM utilisation bars with the compute module's stall breakdown."""

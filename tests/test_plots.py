@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -357,6 +358,34 @@ def test_run_folder_plots_and_its_utilization_legend_covers_no_bar(
         for ext in ("png", "svg")]
     assert all(line.startswith("skipped ") for line in captured.err.splitlines())
     assert "the roofline plot needs a sweep's results" in captured.err
+
+    # The timeline's window is in cycles, as its title says: the run's trace carries the clock
+    # (the plot drew microseconds under a title in cycles), and the fallback layers' host time
+    # between the accelerator layers is taken out (data.pack's put conv1 at 29,000 "cycles").
+    from accel.plots import _read_trace
+    report_json = json.loads((out / "report.json").read_text())
+    slices, clock = _read_trace(out / "trace.json")
+    assert clock == report_json["clock_mhz"]
+    starts = sorted(ts * clock for track in slices.values() for ts, _ in track)
+    end = max(ts + dur for track in slices.values() for ts, dur in track) * clock
+    assert starts[0] < 100     # conv1's first instruction, once fetched (cycle 65 here)
+    # (a layer's store may drain a little past FINISH's cycle)
+    assert end == pytest.approx(report_json["totals"]["accel_cycles"], rel=0.05)
+    drawn: list[Any] = []
+    saving = plt.Figure.savefig
+
+    def keep(fig: Any, *args: Any, **kwargs: Any) -> None:
+        drawn.append(fig)
+        saving(fig, *args, **kwargs)
+
+    monkeypatch.setattr(plt.Figure, "savefig", keep)
+    assert main(["plot", str(out), "--kind", "timeline", "--window", "0:5000",
+                 "--out", str(tmp_path / "w")]) == 0
+    capsys.readouterr()
+    ax = drawn[0].axes[0]
+    assert ax.get_title().endswith("(cycles 0 to 5,000)") and ax.get_xlabel() == "cycle"
+    assert ax.get_xlim() == (0, 5000)
+    monkeypatch.undo()
 
     covered: list[bool] = []
     real = plt.Figure.savefig
