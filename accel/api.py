@@ -187,8 +187,9 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None,
     Raises
     ------
     compiler.graph.ir.GraphError
-        Unknown model name, unreadable or invalid ONNX file, an ``image_size`` for an ONNX
-        model, a batch or image size below 1.
+        Unknown model name, unreadable or invalid ONNX file, an ``image_size`` or ``seq_len``
+        for a model that does not read it (ONNX files read neither; ResNets read the image
+        size, BERTs the sequence length), a batch or size below 1.
     """
     from pathlib import Path
 
@@ -200,11 +201,20 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None,
     if text.endswith(".onnx") or Path(text).suffix == ".onnx":
         from compiler.graph.onnx_frontend import import_onnx
 
-        if image_size is not None:
-            raise GraphError(f"{text}: image_size applies to zoo models only; the input shape "
-                             "of an ONNX model is fixed by the file")
+        for option, value in (("image_size", image_size), ("seq_len", seq_len)):
+            if value is not None:
+                raise GraphError(f"{text}: {option} applies to zoo models only; the input "
+                                 "shape of an ONNX model is fixed by the file")
         return import_onnx(text, batch=batch)
-    from compiler.graph.zoo import load_zoo
+    from compiler.graph.zoo import ZOO, load_zoo
+
+    # Each zoo model reads one size at most: an image side (the ResNets), a sequence length
+    # (BERT); ViT is 224x224. A size it would not read is an error, not ignored.
+    for option, value, readers in (("image_size", image_size, "resnet"),
+                                   ("seq_len", seq_len, "bert")):
+        if value is not None and text in ZOO and not text.startswith(readers):
+            raise GraphError(f"{text}: {option} applies to the {readers} models only, not "
+                             f"to {text}")
 
     # None means the default; 0 is an error (the zoo says so), not the default.
     return load_zoo(text, batch=batch, image_size=224 if image_size is None else image_size,

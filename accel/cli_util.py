@@ -131,8 +131,9 @@ def check_model_options(model: str, batch: int, image_size: int | None,
     Raises
     ------
     CliError
-        A size below 1, or ``--image-size`` where nothing would read it (an ONNX file or a
-        layer list, whose input shapes are fixed), which used to be ignored without a word.
+        A size below 1, or ``--image-size`` where nothing would read it (an ONNX file, a
+        layer list, a zoo model other than a ResNet, whose input shapes are fixed), which used
+        to be ignored without a word.
     """
     if batch < 1:
         raise CliError(f"--batch must be at least 1, not {batch}")
@@ -146,6 +147,11 @@ def check_model_options(model: str, batch: int, image_size: int | None,
     if Path(model).suffix == ".onnx":
         raise CliError(f"--image-size applies to zoo models only; the input shape of {model} "
                        "is fixed by the file")
+    from compiler.graph.zoo import ZOO
+
+    if model in ZOO and not model.startswith("resnet"):
+        raise CliError(f"--image-size applies to the ResNets only; {model} has a fixed input "
+                       "(BERT reads --seq-len, ViT-tiny is 224x224)")
 
 
 # ---------------------------------------------------------------------- windows

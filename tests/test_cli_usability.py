@@ -121,6 +121,24 @@ def test_image_size_with_an_onnx_model_is_refused(tmp_path: Path,
         accel.load_model(str(path), image_size=64)
 
 
+def test_sizes_a_zoo_model_does_not_read_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """accel run bert_tiny --image-size 64 ran at its sequence length without a word; the API
+    ignored seq_len for a ResNet and image_size for BERT and ViT alike."""
+    import accel
+    from compiler.graph.ir import GraphError
+
+    for model in ("bert_tiny", "vit_tiny"):
+        assert main(["run", model, "--image-size", "64"]) == 2
+        assert one_line(capsys) == (f"--image-size applies to the ResNets only; {model} has a "
+                                    "fixed input (BERT reads --seq-len, ViT-tiny is 224x224)")
+    with pytest.raises(GraphError, match=r"^bert_tiny: image_size applies to the resnet "
+                                         r"models only, not to bert_tiny$"):
+        accel.load_model("bert_tiny", image_size=64)
+    with pytest.raises(GraphError, match=r"^resnet18: seq_len applies to the bert models "
+                                         r"only, not to resnet18$"):
+        accel.load_model("resnet18", seq_len=8)
+
+
 def test_image_size_with_a_layer_list_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["tune", "C2-C12", "--image-size", "64"]) == 2
     assert one_line(capsys) == ("--image-size applies to zoo models only; the layers C2-C12 "
