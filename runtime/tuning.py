@@ -81,6 +81,11 @@ def _key(task: Task, knobs: Any) -> CacheKey:
     return (task.config.name, task.signature, tuple(sorted(knobs.to_dict().items())))
 
 
+HEARTBEAT_SECONDS = 1.0
+"""While worker processes measure, the progress callback is called at least this often (with
+the same counts when nothing finished): a batch of slow layers printed nothing for a minute."""
+
+
 class SimMeasure:
     """Measure batches of knob settings on the timing simulator, in parallel.
 
@@ -180,9 +185,19 @@ class SimMeasure:
                 futures = {pool.submit(measure_knobs, *job): i for i, job in enumerate(jobs)}
                 if self._handle is None:
                     self._handle = PoolHandle.of(pool)
-            for done, fut in enumerate(concurrent.futures.as_completed(futures), 1):
-                results[futures[fut]] = fut.result()
-                if self.progress is not None:
+            pending, done = set(futures), 0
+            while pending:
+                finished, pending = concurrent.futures.wait(
+                    pending, timeout=HEARTBEAT_SECONDS,
+                    return_when=concurrent.futures.FIRST_COMPLETED)
+                for fut in finished:
+                    results[futures[fut]] = fut.result()
+                    done += 1
+                    if self.progress is not None:
+                        self.progress(done, len(jobs))
+                if not finished and self.progress is not None:
+                    # Nothing finished for a while: report again, so that a slow batch shows
+                    # its elapsed time (the caller's progress display limits the lines).
                     self.progress(done, len(jobs))
         except BaseException:
             self.terminate()  # Ctrl-C or a failure: the measurements under way are lost anyway

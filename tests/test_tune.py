@@ -444,3 +444,30 @@ def test_xgb_skips_settings_whose_features_fail(tiny: HwConfig, measure: SimMeas
     fine = task.space.point(Conv2dKnobs(tile_h=2, tile_w=2))
     scores = tuner._score([broken, fine])
     assert scores[0] == -np.inf and np.isfinite(scores[1]) and broken in tuner.visited
+
+
+def _slow_measure(workload: Any, cfg: HwConfig, knobs: Any) -> Any:
+    import time
+
+    from compiler.tune.tuners import MeasureResult
+
+    time.sleep(1.6 if knobs == "slow" else 0.0)
+    return MeasureResult(100, seconds=0.0)
+
+
+def test_workers_report_progress_while_a_slow_setting_runs(
+        tiny: HwConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """accel tune printed nothing for a minute while its workers measured a batch of slow
+    settings: the progress callback now hears from the pool at least every HEARTBEAT_SECONDS,
+    with the same counts while nothing finishes."""
+    import runtime.tuning as tuning
+
+    monkeypatch.setattr(tuning, "measure_knobs", _slow_measure)  # the forked workers inherit it
+    monkeypatch.setattr(tuning, "HEARTBEAT_SECONDS", 0.2)
+    calls: list[tuple[int, int]] = []
+    with tuning.SimMeasure(workers=2, cache=False) as measure:
+        measure.progress = lambda done, total: calls.append((done, total))
+        out = measure._measure([(None, tiny, "fast"), (None, tiny, "slow")])
+    assert [r.cycles for r in out] == [100, 100]
+    assert calls[0] == (0, 2) and calls[-1] == (2, 2)
+    assert calls.count((1, 2)) >= 3     # the fast one's, then heartbeats while the slow one runs
