@@ -329,8 +329,11 @@ def interrupt(args: list[str], ready: Callable[[str], bool], workers: bool = Fal
     if not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists():
         pytest.skip("needs /proc/PID/task/TID/children (Linux) to find worker processes")
     env = dict(os.environ, PYTHONFAULTHANDLER="1")  # SIGABRT dumps every thread's stack
+    # A shell's background job ignores SIGINT, and its children inherit that (Python then
+    # leaves Ctrl-C ignored): the command gets the default disposition, as from a terminal.
     proc = subprocess.Popen([sys.executable, "-m", "accel", *args], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:
