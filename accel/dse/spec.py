@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.machine.config import ConfigError, HwConfig, field_kind, load_config
-from accel.machine.yamlfile import read_yaml
+from accel.machine.yamlfile import parse_yaml, read_text
 
 __all__ = [
     "BACKENDS",
@@ -283,11 +283,12 @@ def load_spec(path: str | Path) -> SweepSpec:
     path = Path(path)
     if not path.exists() and path.suffix == "" and path.name in shipped_sweeps():
         path = sweeps_dir() / f"{path.name}.yaml"
-    data = read_yaml(path, "sweep spec", SpecError,
+    text = read_text(path, "sweep spec", SpecError,
                      missing=f"no such sweep spec; expected a YAML path or one of "
                              f"{', '.join(shipped_sweeps())}")
-    return parse_spec(data, source=str(path), base_dir=path.parent,
-                      text=path.read_text(encoding="utf-8"), default_name=path.stem)
+    data = parse_yaml(text, str(path), SpecError)
+    return parse_spec(data, source=str(path), base_dir=path.parent, text=text,
+                      default_name=path.stem)
 
 
 def parse_spec(data: Any, source: str = "<dict>", base_dir: str | Path = ".", text: str = "",

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["parse_yaml", "read_yaml"]
+__all__ = ["parse_yaml", "read_text", "read_yaml"]
 
 
 def parse_yaml(text: str, source: str, error: type[Exception] = ValueError) -> Any:
@@ -33,14 +33,19 @@ def parse_yaml(text: str, source: str, error: type[Exception] = ValueError) -> A
         raise error(f"{source}: malformed YAML: {str(exc).splitlines()[0]}") from None
 
 
-def read_yaml(path: Path, what: str, error: type[Exception], missing: str | None = None) -> Any:
-    """The YAML content of the file ``path``, a ``what`` (``"config file"``, ...): a missing
-    file is ``error("PATH: no such WHAT")`` (or ``PATH: MISSING`` when ``missing`` is given), an
-    unreadable one ``PATH: cannot read WHAT: ...``, a syntax error as :func:`parse_yaml`'s."""
+def read_text(path: Path, what: str, error: type[Exception], missing: str | None = None) -> str:
+    """The text of the file ``path``, a ``what`` (``"config file"``, ...): a missing file is
+    ``error("PATH: no such WHAT")`` (or ``PATH: MISSING`` when ``missing`` is given), an
+    unreadable one ``PATH: cannot read WHAT: ...``."""
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise error(f"{path}: {missing or f'no such {what}'}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise error(f"{path}: cannot read {what}: {exc}") from None
-    return parse_yaml(text, str(path), error)
+
+
+def read_yaml(path: Path, what: str, error: type[Exception], missing: str | None = None) -> Any:
+    """The YAML content of the file ``path``: :func:`read_text`'s errors, and a syntax error as
+    :func:`parse_yaml`'s."""
+    return parse_yaml(read_text(path, what, error, missing), str(path), error)
