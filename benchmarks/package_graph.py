@@ -24,6 +24,7 @@ import argparse
 import ast
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 SKIP = {"tests", "benchmarks", "notebooks"}
 SPLIT = {"accel"}  # packages whose subpackages are shown as packages of their own
@@ -157,28 +158,25 @@ def main() -> None:
                           for line, f in sorted(set(file_edges[m, t])))
         return f"{known[m].relative_to(root)}:{sites} -> {t}"
 
+    print_cycles("file-level import cycles", file_edges, show, self_loops=True)
+    print_cycles("package-level cycles", between,
+                 lambda a, b: f"{a} -> {b}: {between[a, b][0]} edge(s)", self_loops=False)
+
+
+def print_cycles(title: str, edges: Any, describe: Any, self_loops: bool) -> None:
+    """The strongly connected components of the graph ``edges`` (keys ``(from, to)``) with
+    more than one node (or, with ``self_loops``, a node importing itself), each with its
+    edges as ``describe(from, to)`` says them."""
     graph: dict[str, set[str]] = defaultdict(set)
-    for m, t in file_edges:
-        graph[m].add(t)
-    cycles = [c for c in components(graph) if len(c) > 1 or c[0] in graph[c[0]]]
-    print(f"\nfile-level import cycles: {len(cycles)}")
+    for a, b in edges:
+        graph[a].add(b)
+    cycles = [c for c in components(graph) if len(c) > 1 or (self_loops and c[0] in graph[c[0]])]
+    print(f"\n{title}: {len(cycles)}")
     for c in cycles:
         print(f"  {{{', '.join(c)}}}")
-        for m in c:
-            for t in sorted(graph[m] & set(c)):
-                print(f"      {show(m, t)}")
-
-    pgraph: dict[str, set[str]] = defaultdict(set)
-    for a, b in between:
-        pgraph[a].add(b)
-    pcycles = [c for c in components(pgraph) if len(c) > 1]
-    print(f"\npackage-level cycles: {len(pcycles)}")
-    for c in pcycles:
-        print(f"  {{{', '.join(c)}}}")
         for a in c:
-            for b in sorted(pgraph[a] & set(c)):
-                print(f"      {a} -> {b}: {between[a, b][0]} edge(s)")
-
+            for b in sorted(graph[a] & set(c)):
+                print(f"      {describe(a, b)}")
 
 if __name__ == "__main__":
     main()
