@@ -18,7 +18,8 @@ statements on tiles::
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from accel.machine.config import HwConfig
 from accel.machine.isa import AluOp, MemType
@@ -205,41 +206,82 @@ def reset_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
 
     def rewrite(s: Stmt) -> Stmt | None:
         if isinstance(s, Seq):
-            return Seq(_fold_bias(s.body))
+            return Seq(_fold_bias_adds(s.body, _copy_bias))
         return None
 
     return func.with_body(map_stmts(func.body, rewrite))
 
 
+def _copy_bias(body: list[Stmt], m: _BiasAdd) -> list[Stmt]:
+    """``reset_bias``'s form of ``m``: the bias's LOAD, then the reset copying it."""
+    reset_loops, reset = _loops_and_body(body[m.reset])
+    copy = wrap_loops(reset_loops, replace(reset, src=TileRef(m.bias, m.src)))
+    return m.rewritten(body, [body[m.load], copy])
+
+
+def _loops_and_body(s: Stmt) -> tuple[list[For], Stmt]:
+    """The loops of a perfect nest and its innermost statement; no loops for a bare one."""
+    return perfect_nest(s) if isinstance(s, For) else ([], s)
+
+
 def _gemm_nest(s: Stmt) -> Gemm | None:
-    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    inner = _loops_and_body(s)[1]
     return inner if isinstance(inner, Gemm) else None
 
 
-def _fold_bias(body: list[Stmt]) -> list[Stmt]:
+@dataclass(frozen=True)
+class _BiasAdd:
+    """A bias ADD that may start the accumulation instead, in one statement list: the indices
+    of the acc buffer's reset nest, of the bias's LOAD ACC and of the ADD nest, the bias's acc
+    buffer, and the ADD's source index in the reset nest's loop variables."""
+
+    reset: int
+    load: int
+    add: int
+    bias: Buffer
+    src: Expr
+
+    def rewritten(self, body: list[Stmt], start: list[Stmt]) -> list[Stmt]:
+        """``body`` with ``start`` in place of the reset nest, and the bias's LOAD and the ADD
+        gone."""
+        accumulation = [s for k, s in enumerate(body[self.reset + 1:self.add], self.reset + 1)
+                        if k != self.load]
+        return [*body[:self.reset], *start, *accumulation, *body[self.add + 1:]]
+
+
+_BiasFold = Callable[[list[Stmt], _BiasAdd], list[Stmt] | None]
+
+
+def _fold_bias_adds(body: list[Stmt], fold: _BiasFold) -> list[Stmt]:
+    """``body`` with ``fold`` applied to each bias ADD it matches (:func:`_match_bias_add`);
+    ``fold`` returns the new statement list, or None to leave that ADD as it is."""
     out = list(body)
-    for i in range(len(out)):
-        add = _alu_nest(out[i])
-        if add is None or add.op is not AluOp.ADD or add.src is None \
-                or add.src.buffer is add.dst.buffer or not _covers(out[i], add.dst.buffer):
-            continue
-        acc, bias = add.dst.buffer, add.src.buffer
-        r = _reset_before(out, i, acc)
-        if r is None or not _covers(out[r], acc):
-            continue
-        between = out[r + 1:i]
-        loads = [k for k in range(r + 1, i) if _touches(out[k], bias)]
-        if len(loads) != 1 or not _loads_acc(out[loads[0]], bias):
-            continue
-        src = _moved_index(out[i], out[r], add)
-        if src is None:
-            continue
-        reset_loops, reset = perfect_nest(out[r]) if isinstance(out[r], For) else ([], out[r])
-        copy = wrap_loops(reset_loops, replace(reset, src=TileRef(bias, src)))
-        load = out[loads[0]]
-        return _fold_bias(out[:r] + [load, copy] + [s for k, s in enumerate(between, r + 1)
-                                                     if k != loads[0]] + out[i + 1:])
+    i = 0
+    while i < len(out):
+        m = _match_bias_add(out, i)
+        new = None if m is None else fold(out, m)
+        if m is None or new is None:
+            i += 1
+        else:
+            out, i = new, m.reset      # nothing before the reset changed
     return out
+
+
+def _match_bias_add(body: list[Stmt], i: int) -> _BiasAdd | None:
+    """``body[i]`` as a bias ADD (see :func:`reset_bias` for the pattern), or None."""
+    add = _alu_nest(body[i])
+    if add is None or add.op is not AluOp.ADD or add.src is None \
+            or add.src.buffer is add.dst.buffer or not _covers(body[i], add.dst.buffer):
+        return None
+    acc, bias = add.dst.buffer, add.src.buffer
+    r = _reset_before(body, i, acc)
+    if r is None or not _covers(body[r], acc):
+        return None
+    loads = [k for k in range(r + 1, i) if _touches(body[k], bias)]
+    if len(loads) != 1 or not _loads_acc(body[loads[0]], bias):
+        return None
+    src = _moved_index(body[i], body[r], add)
+    return None if src is None else _BiasAdd(r, loads[0], i, bias, src)
 
 
 def _is_reset_of(s: Stmt, buffer: Buffer) -> bool:
@@ -271,7 +313,7 @@ def _only_accumulates(s: Stmt, buffer: Buffer) -> bool:
 
 def _loads_acc(s: Stmt, buffer: Buffer) -> bool:
     """``s`` is a (nest of) LOAD ACC into ``buffer`` and nothing else."""
-    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    inner = _loops_and_body(s)[1]
     return isinstance(inner, DmaCopy) and not inner.store and inner.mem_type is MemType.ACC \
         and inner.sram.buffer is buffer
 
@@ -279,9 +321,8 @@ def _loads_acc(s: Stmt, buffer: Buffer) -> bool:
 def _moved_index(add_nest: Stmt, reset_nest: Stmt, add: Alu) -> Expr | None:
     """The ADD's source index in the reset nest's loop variables, when the two nests have
     loops of the same extents and the same destination index under that renaming."""
-    add_loops = perfect_nest(add_nest)[0] if isinstance(add_nest, For) else []
-    reset_loops, reset = perfect_nest(reset_nest) if isinstance(reset_nest, For) \
-        else ([], reset_nest)
+    add_loops = _loops_and_body(add_nest)[0]
+    reset_loops, reset = _loops_and_body(reset_nest)
     if [lp.extent for lp in add_loops] != [lp.extent for lp in reset_loops]:
         return None
     mapping: dict[Var, Expr] = {a.var: b.var for a, b in zip(add_loops, reset_loops,
@@ -324,13 +365,13 @@ def store_requant(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
 
 def _alu_nest(s: Stmt) -> Alu | None:
     """The ALU micro-op of a perfect nest of loops around it, or a bare one."""
-    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    inner = _loops_and_body(s)[1]
     return inner if isinstance(inner, Alu) else None
 
 
 def _store_nest(s: Stmt, buffer: Buffer) -> DmaCopy | None:
     """The STORE of ``buffer``'s out tiles at the bottom of a perfect nest, or a bare one."""
-    inner = perfect_nest(s)[1] if isinstance(s, For) else s
+    inner = _loops_and_body(s)[1]
     if isinstance(inner, DmaCopy) and inner.store and inner.mem_type is MemType.OUT \
             and inner.sram.buffer is buffer:
         return inner
@@ -343,7 +384,7 @@ def _covers(s: Stmt, buffer: Buffer) -> bool:
     tiles = 1
     for extent in buffer.shape[:-2]:
         tiles *= extent
-    loops = perfect_nest(s)[0] if isinstance(s, For) else []
+    loops = _loops_and_body(s)[0]
     count = 1
     for loop in loops:
         count *= loop.extent
