@@ -22,8 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from accel.machine.config import HwConfig
-from accel.machine.isa import AluOp, MemType
-from compiler.arith import NotAffine, to_affine
+from accel.machine.costs import alu_cycles, gemm_cycles, mem_cycles
+from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
+from compiler.arith import Affine, NotAffine, to_affine
 from compiler.errors import LoweringError
 from compiler.passes.common import perfect_nest, split_tile_access, wrap_loops
 from compiler.schedule import Pragma
@@ -42,10 +43,12 @@ from compiler.tir import (
     Store,
     TileRef,
     map_stmts,
+    simplify,
     stmts,
 )
 
-__all__ = ["inject_alu", "inplace_acc", "reset_bias", "store_requant"]
+__all__ = ["BiasInit", "bias_init_cycles", "inject_alu", "inplace_acc", "load_bias",
+           "reset_bias", "store_requant"]
 
 _ALU_OPS = {"+": AluOp.ADD, ">>": AluOp.SHR, "min": AluOp.MIN, "max": AluOp.MAX,
             "*": AluOp.MUL}
@@ -284,6 +287,148 @@ def _match_bias_add(body: list[Stmt], i: int) -> _BiasAdd | None:
     return None if src is None else _BiasAdd(r, loads[0], i, bias, src)
 
 
+def load_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
+    """Without the GEMM reset from acc (``gemm.reset_from_acc``, where :func:`reset_bias` does
+    it): the bias, added by an ALU ADD after the accumulation, is instead loaded into the
+    accumulators, and the GEMMs accumulate onto it. The bias's LOAD ACC writes every acc tile,
+    its DRAM rows all starting at the bias (``x_stride`` 0, the bias repeated for every pixel),
+    in place of the reset; the reset, the ADD and the bias's acc buffer go::
+
+        for o, y, x:  gemm_reset conv@(o*16 + y*4 + x)     for o:  dma_load ACC conv@(o*16)
+        (gemms into conv, loads of inp and wgt)     ->              <-> bias@(b + o) y=16 x=1
+        dma_load ACC bias.acc@0 <-> bias@b x=2                      stride=0
+        for o, y, x:                                       (gemms into conv, loads of inp and
+          alu_add conv@(o*16 + y*4 + x), bias.acc@o         wgt)
+
+    The LOAD's x walks the innermost loops along which the bias changes with the acc tile
+    (matmul's output columns), its y the loops next out along which it stays (a convolution's
+    pixels, matmul's rows); the loops outside those repeat the LOAD. Bit-exact as
+    :func:`reset_bias` is, and matched as it is, where the bias's LOAD is besides one bare,
+    unpadded copy of contiguous tiles.
+
+    It fires where it costs the compute module no more cycles than it saves
+    (:func:`bias_init_cycles`): LOAD ACC runs on the compute module, which waits for its DRAM
+    transfer, so each acc tile costs its beats (``acc_tile_bytes / dram.bytes_per_cycle``)
+    where the reset and the ADD cost ``gemm.ii + max(alu.ii, 2)`` cycles. With the option, or
+    where the pattern does not hold or the LOADs cost more, the IR is unchanged."""
+    if cfg.gemm.reset_from_acc:
+        return func
+    loaded: set[Buffer] = set()
+
+    def fold(body: list[Stmt], m: _BiasAdd) -> list[Stmt] | None:
+        start = _bias_loads(body, m, cfg)
+        if start is None:
+            return None
+        loaded.add(m.bias)
+        return m.rewritten(body, [start])
+
+    def rewrite(s: Stmt) -> Stmt | None:
+        if isinstance(s, Seq):
+            return Seq(_fold_bias_adds(s.body, fold))
+        if isinstance(s, Allocate) and s.buffer in loaded and not _touches(s.body, s.buffer):
+            return s.body
+        return None
+
+    body = map_stmts(func.body, rewrite)
+    return func.with_body(body) if loaded else func
+
+
+@dataclass(frozen=True)
+class BiasInit:
+    """Compute-module cycles of one output tile's bias both ways (``accel.machine.costs``),
+    each part with the DRAM channel to itself."""
+
+    loaded: int
+    """The LOADs of the bias into every acc tile (:func:`load_bias`)."""
+    added: int
+    """The reset of the acc tiles, the bias's LOAD and the ALU ADD (a micro-op per tile)."""
+
+    @property
+    def pays(self) -> bool:
+        """Loading the bias costs no more than resetting and adding it."""
+        return self.loaded <= self.added
+
+
+def bias_init_cycles(tiles: int, loads: int, load: MemInsn, bias_load: MemInsn,
+                     cfg: HwConfig) -> BiasInit:
+    """:class:`BiasInit` of an output tile of ``tiles`` acc tiles whose bias ``loads`` LOADs
+    like ``load`` would write, against a reset and an ADD of one micro-op per tile and the
+    bias's own LOAD ``bias_load``. The reset and the ADD are counted as one instruction each
+    (codegen may split them where the micro-op loops cannot hold a nest)."""
+    reset = GemmInsn(reset=True, uop_end=tiles)
+    add = AluInsn(alu_op=AluOp.ADD, uop_end=tiles)
+    return BiasInit(loads * mem_cycles(load, cfg),
+                    gemm_cycles(reset, cfg) + alu_cycles(add, cfg) + mem_cycles(bias_load, cfg))
+
+
+def _bias_loads(body: list[Stmt], m: _BiasAdd, cfg: HwConfig) -> Stmt | None:
+    """The LOADs of the bias into every acc tile that take the place of ``m``'s reset, or None
+    where the bias's LOAD is not one bare, unpadded copy of contiguous tiles, an index is not
+    affine, or they do not pay."""
+    old = body[m.load]
+    sizes = _const_sizes(old) if isinstance(old, DmaCopy) else None
+    if sizes is None or (sizes[0] > 1 and old.x_stride != sizes[1]):
+        return None
+    loops, reset = _loops_and_body(body[m.reset])
+    try:
+        dst, src = to_affine(reset.dst.index), to_affine(m.src)
+    except NotAffine:
+        return None
+    outer, y, x = _broadcast_rows(loops, dst, src)
+    limit = 1 << cfg.isa.size_bits
+    if y >= limit or x >= limit:
+        return None
+    inner = [lp.var for lp in loops[len(outer):]]
+    stride = 0 if y > 1 else x
+    cost = bias_init_cycles(
+        _iterations(loops), _iterations(outer),
+        MemInsn(mem_type=MemType.ACC, y_size=y, x_size=x, x_stride=stride),
+        MemInsn(mem_type=MemType.ACC, y_size=sizes[0], x_size=sizes[1], x_stride=old.x_stride),
+        cfg)
+    if not cost.pays:
+        return None
+    dram = simplify(BinOp("+", old.dram.index,
+                          BinOp("-", src.without(inner).to_expr(), old.sram.index)))
+    copy = DmaCopy(MemType.ACC, False, TileRef(reset.dst.buffer, dst.without(inner).to_expr()),
+                   TileRef(old.dram.buffer, dram), IntImm(y), IntImm(x), stride)
+    return wrap_loops(outer, copy)
+
+
+def _const_sizes(copy: DmaCopy) -> tuple[int, int] | None:
+    """``(y_size, x_size)`` of an unpadded copy of constant size, else None."""
+    pads = (copy.y_pad_0, copy.y_pad_1, copy.x_pad_0, copy.x_pad_1)
+    if not all(isinstance(p, IntImm) and p.value == 0 for p in pads) \
+            or not isinstance(copy.y_size, IntImm) or not isinstance(copy.x_size, IntImm):
+        return None
+    return copy.y_size.value, copy.x_size.value
+
+
+def _broadcast_rows(loops: list[For], dst: Affine, src: Affine) -> tuple[list[For], int, int]:
+    """Split a nest writing acc tile ``dst`` from bias tile ``src`` into a LOAD's rows: from the
+    innermost, ``x`` elements over loops along which both step through consecutive tiles, then
+    ``y`` rows over loops along which ``dst`` goes on and ``src`` stays (a loop of one
+    iteration joins either); returns the loops outside them, ``y`` and ``x``."""
+    k, x, y = len(loops), 1, 1
+    while k and _steps(loops[k - 1], dst, x) and _steps(loops[k - 1], src, x):
+        x *= loops[k - 1].extent
+        k -= 1
+    while k and _steps(loops[k - 1], dst, x * y) and _steps(loops[k - 1], src, 0):
+        y *= loops[k - 1].extent
+        k -= 1
+    return loops[:k], y, x
+
+
+def _steps(loop: For, index: Affine, stride: int) -> bool:
+    return loop.extent == 1 or index.coeff(loop.var) == stride
+
+
+def _iterations(loops: list[For]) -> int:
+    count = 1
+    for loop in loops:
+        count *= loop.extent
+    return count
+
+
 def _is_reset_of(s: Stmt, buffer: Buffer) -> bool:
     g = _gemm_nest(s)
     return g is not None and g.reset and g.src is None and g.dst.buffer is buffer
@@ -381,14 +526,7 @@ def _store_nest(s: Stmt, buffer: Buffer) -> DmaCopy | None:
 def _covers(s: Stmt, buffer: Buffer) -> bool:
     """A nest whose iterations number the buffer's tiles (the requantisation's stage over all
     of them: its index is one-to-one by construction)."""
-    tiles = 1
-    for extent in buffer.shape[:-2]:
-        tiles *= extent
-    loops = _loops_and_body(s)[0]
-    count = 1
-    for loop in loops:
-        count *= loop.extent
-    return count == tiles
+    return _iterations(_loops_and_body(s)[0]) == buffer.n_tiles
 
 
 def _fuse_requant(body: list[Stmt], bounds: tuple[int, int]) -> list[Stmt]:
