@@ -13,7 +13,8 @@ nbclient = pytest.importorskip("nbclient")
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 # Synthesis and sweeps take minutes on two cores: those notebooks run with the slow tests
-# (05 synthesises three tiny machines with Yosys: about 2.5 minutes of its 4 on two busy cores;
+# (05 synthesises three tiny machines with Yosys: 2.5 to 4.7 minutes on two cores shared with
+# other work, nine tenths of it synthesis;
 # 06 runs the 264-point ResNet-18 sweep: about 45 s on two idle cores, and builds a Verilator
 # model when Verilator is installed).
 SLOW = {"03_design_space.ipynb", "04_rtl.ipynb", "05_codesign.ipynb", "06_energy.ipynb"}
