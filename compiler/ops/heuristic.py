@@ -1,29 +1,62 @@
-"""Default schedule knobs: the fastest candidate under an analytic cycle model that fits.
+"""Default schedule knobs: the fastest candidate under a cycle model that fits.
 
-The model follows ``accel.machine.costs`` without importing it (the compiler never imports ``sim``):
-per output tile, compute (GEMM micro-ops, ALU ops, reset) runs on one module while the DRAM
-channel carries the input, weight, bias and output copies, each transaction paying the access
-latency. With two virtual threads the two overlap (time = max); with one they add up. Every
-candidate must fit the inp, wgt and acc buffers of the config it is given.
+The model (:func:`estimate_conv2d_cycles`) prices the instructions the conv2d schedule emits
+with the machine's own cycle formulas (:mod:`accel.machine.costs`, the contract the timing
+simulator and the RTL are tested against; the compiler never imports ``sim``) and combines them
+with the overlap that the virtual threads and dependency tokens allow. Per virtual thread and
+output tile, for a tile of ``t = tile_b * tile_co * tile_h * tile_w`` acc tiles and
+``chunks = ci_blocks / tile_ci`` reduction chunks::
+
+    L  = tile_b * tile_ci * mem(LOAD INP) + mem(LOAD WGT)        load module, per chunk
+    G  = gemm(tile_ci * kh * kw * t micro-ops)                    compute module, per chunk
+    R  = gemm(t, a reset)                                         compute, before the chunks
+    E  = the bias's LOAD ACC and ADD, and the ALU instructions requantisation leaves on the
+         compute module (none of SHR/MIN/MAX with store.postproc)
+    S  = tile_b * tile_co * mem(STORE)                            store module
+
+With one thread the load of a chunk waits for the GEMM before it (one buffer) and the reset of
+the next tile for the stores::
+
+    tile = R + chunks * G + (chunks - 1) * L + E + S + max(0, L - (E + S + R))
+
+With ``T`` threads the threads' loads and GEMMs alternate chunk by chunk, each thread's buffer
+refilled while the others compute; the threads finish a tile together, and each thread's reset
+of the next tile waits for its own stores, which the store module makes one thread after
+another::
+
+    tile = T * (R + E) + chunks * max(T * L, T * G)
+           + max(0, S - (T - 1) * E) + (T - 1) * max(0, S - R)
+
+The bias as the passes place it: copied by the reset with ``gemm.reset_from_acc`` (no ADD), or
+loaded into the accumulators in place of the reset where ``compiler.passes.alu.load_bias``
+finds that pays (its own :func:`~compiler.passes.alu.bias_init_cycles`), else LOADed and
+ADDed in ``E``. Every tile takes at least its DRAM bytes at ``dram.bytes_per_cycle``, the
+store module's ``T * S``, and the fetch of its instructions (``costs.fetch_cycles`` per
+batch). Input tiles at the image's edges load fewer rows or columns and write padding: the
+tiles are priced by their position (first, inner, last), each kind once. Candidates must fit
+the inp, wgt and acc buffers of the config they are given.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+from collections import Counter
+from dataclasses import dataclass
 
+from accel.machine import costs
 from accel.machine.config import HwConfig
+from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
+from compiler.passes.alu import bias_init_cycles
 
-__all__ = ["default_conv2d_knobs", "estimate_conv2d_cycles", "fits", "knob_candidates"]
+__all__ = ["conv2d_cycles_floor", "default_conv2d_knobs", "estimate_conv2d_cycles", "fits",
+           "knob_candidates"]
 
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def _transactions(nbytes: int, cfg: HwConfig) -> float:
-    return -(-nbytes // cfg.dram.max_burst) * cfg.dram.latency + nbytes / cfg.dram.bytes_per_cycle
 
 
 def fits(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> bool:
@@ -39,30 +72,187 @@ def fits(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> bool:
             and wl.pad_h <= pad_limit and wl.pad_w <= pad_limit)
 
 
-def estimate_conv2d_cycles(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> float:
-    """Approximate cycles of the layer under knobs ``k`` (for ranking candidates only)."""
+def _windows(out: int, tile: int, stride: int, kernel: int, pad: int,
+             extent: int) -> Counter[tuple[int, int, int]]:
+    """How many output tiles of ``tile`` rows (or columns) read an input window of each shape
+    (pad before, rows inside the image, pad after)."""
+    size = (tile - 1) * stride + kernel
+    shapes: Counter[tuple[int, int, int]] = Counter()
+    for i in range(out // tile):
+        start = i * tile * stride - pad
+        before = min(size, max(0, -start))
+        inside = max(0, min(start + size, extent) - max(start, 0))
+        shapes[before, inside, size - before - inside] += 1
+    return shapes
+
+
+_mem_cycles = functools.lru_cache(maxsize=65536)(costs.mem_cycles)
+"""``costs.mem_cycles``, remembered: the candidates of a layer repeat the same copies."""
+
+
+def _uops(n: int, insn: type[GemmInsn] | type[AluInsn], **fields: object) -> GemmInsn | AluInsn:
+    """A GEMM or ALU instruction of ``n`` micro-ops (all its cost depends on)."""
+    return insn(iter_out=1, iter_in=n, uop_bgn=0, uop_end=1, **fields)  # type: ignore[arg-type]
+
+
+def _schedule(streams: dict[str, list[tuple[int, tuple[str, ...], tuple[str, ...]]]],
+              credits: dict[str, int]) -> int:
+    """When the last of ``streams`` ends: each module runs its instructions ``(cycles, pops,
+    pushes)`` in order, an instruction starting once its module is free and, for each token
+    it pops, the push that token pop matches (the k-th pop of a queue takes its k-th push, the
+    first ``credits`` pushes made at cycle 0) has happened; its pushes happen at its end."""
+    pushed: dict[str, list[int]] = {q: [0] * n for q, n in credits.items()}
+    popped: dict[str, int] = dict.fromkeys(credits, 0)
+    free = dict.fromkeys(streams, 0)
+    at = dict.fromkeys(streams, 0)
+    progress = True
+    while progress:
+        progress = False
+        for module, insns in streams.items():
+            while at[module] < len(insns):
+                cycles, pops, pushes = insns[at[module]]
+                if any(len(pushed[q]) <= popped[q] for q in pops):
+                    break
+                start = max([free[module]] + [pushed[q][popped[q]] for q in pops])
+                for q in pops:
+                    popped[q] += 1
+                free[module] = start + cycles
+                for q in pushes:
+                    pushed[q].append(free[module])
+                at[module] += 1
+                progress = True
+    if any(at[m] < len(insns) for m, insns in streams.items()):
+        raise AssertionError("the modelled instruction streams deadlock")
+    return max(free.values())
+
+
+@functools.lru_cache(maxsize=4096)
+def _tiles(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int, epilogue: int,
+           stores: int) -> int:
+    """Cycles of ``n`` consecutive output tiles of ``threads`` virtual threads, as the schedule
+    orders them: per tile each thread's reset (once its last stores are done), then chunk by
+    chunk each thread's loads (once its GEMM before freed the buffer) and GEMM, then each
+    thread's epilogue, whose end lets the store module store that thread's tile."""
+    loads: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
+    compute: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
+    store: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
+    for _ in range(n):
+        compute += [(reset, ("s2c",), ())] * threads
+        for _ in range(chunks):
+            loads += [(load, ("c2l",), ("l2c",))] * threads
+            compute += [(gemm, ("l2c",), ("c2l",))] * threads
+        compute += [(epilogue, (), ("c2s",))] * threads
+        store += [(stores, ("c2s",), ("s2c",))] * threads
+    return _schedule({"load": loads, "compute": compute, "store": store},
+                     {"c2l": threads, "s2c": threads, "l2c": 0, "c2s": 0})
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The model's parts for one knob setting: per virtual thread and output tile the cycles
+    of the module docstring, and the tile kinds (by input window) with their counts."""
+
+    threads: int
+    chunks: int
+    gemm: int
+    reset: int
+    epilogue: int
+    stores: int
+    fetch: float
+    store_beats: float
+    per_kind: float  # groups of threads per tile kind: every kind repeats this often
+    kinds: tuple[tuple[int, int, float], ...]  # (tiles of the kind, load cycles, load beats)
+
+    def floor(self) -> float:
+        """A lower bound on :meth:`cycles`: every tile takes at least its compute module's
+        work, its beats and its fetch."""
+        work = self.threads * (self.chunks * self.gemm + self.reset + self.epilogue)
+        return self.per_kind * sum(n * max(work, beats + self.store_beats, self.fetch)
+                                   for n, _, beats in self.kinds)
+
+    def cycles(self) -> float:
+        total = first = 0.0
+        for n, load, load_beats in self.kinds:
+            one, two = (_tiles(self.threads, self.chunks, t, load, self.gemm, self.reset,
+                               self.epilogue, self.stores) for t in (1, 2))
+            # The loads and the stores share the in-order data bus: a transaction's beats wait
+            # behind those granted before it, so each side's copies stretch by the share of
+            # the tile's cycles the other side's beats take.
+            busy = max(two - one, 1)
+            slow_store = 1 + min(1.0, load_beats / busy)
+            slow_load = 1 + min(1.0, self.store_beats / busy)
+            one, two = (_tiles(self.threads, self.chunks, t, round(load * slow_load),
+                               self.gemm, self.reset, self.epilogue,
+                               round(self.stores * slow_store)) for t in (1, 2))
+            tile = max(two - one, load_beats + self.store_beats, self.fetch)
+            total += n * tile
+            first = max(first, one - tile)
+        return total * self.per_kind + first
+
+
+def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
     nb, cib, cob = wl.blocks(cfg)
     kk = wl.kernel_h * wl.kernel_w
-    ih = (k.tile_h - 1) * wl.stride_h + wl.kernel_h
-    iw = (k.tile_w - 1) * wl.stride_w + wl.kernel_w
+    threads = k.nthreads
     t_acc = k.tile_b * k.tile_co * k.tile_h * k.tile_w
     chunks = cib // k.tile_ci
-    tiles = (nb // k.tile_b) * (cob // k.tile_co) * (wl.out_height // k.tile_h) \
-        * (wl.out_width // k.tile_w)
-    gemm = chunks * (k.tile_ci * kk * t_acc * cfg.gemm.ii + k.tile_ci * (1 + cfg.gemm.depth))
-    n_alu = 2 + int(wl.bias) + int(wl.shift > 0)
-    alu = t_acc + n_alu * (t_acc * cfg.alu.ii + 1 + cfg.alu.depth)
-    inp = k.tile_b * k.tile_ci * ih * _transactions(iw * cfg.inp_tile_bytes, cfg)
-    whole_ci = k.tile_ci == cib
-    wgt_rows = k.tile_co * (1 if whole_ci else k.tile_ci)
-    wgt = wgt_rows * _transactions(
-        (k.tile_ci if whole_ci else 1) * kk * cfg.wgt_tile_bytes, cfg)
-    load = chunks * (inp + wgt)
-    store = k.tile_b * k.tile_co * k.tile_h * _transactions(k.tile_w * cfg.out_tile_bytes, cfg)
-    bias = _transactions(k.tile_co * cfg.acc_tile_bytes, cfg) if wl.bias else 0.0
-    compute = gemm + alu + bias
-    per_tile = max(compute, load + store + bias) if k.nthreads > 1 else compute + load + store
-    return tiles * per_tile
+    wgt = MemInsn(mem_type=MemType.WGT, y_size=k.tile_co, x_size=k.tile_ci * kk,
+                  x_stride=cib * kk)
+    wgt_cycles = _mem_cycles(wgt, cfg)
+    gemm = costs.gemm_cycles(_uops(k.tile_ci * kk * t_acc, GemmInsn), cfg)
+    reset = costs.gemm_cycles(_uops(t_acc, GemmInsn, reset=True), cfg)
+    post = cfg.store.postproc
+    n_imm = 0 if post else 2 + int(wl.shift > 0)  # SHR, MIN, MAX by immediates
+    epilogue = n_imm * costs.alu_cycles(_uops(t_acc, AluInsn, alu_op=AluOp.MIN, use_imm=True),
+                                        cfg)
+    insns = chunks * (k.tile_b * k.tile_ci + 1) + 1 + n_imm + k.tile_b * k.tile_co
+    if wl.bias:
+        bias = MemInsn(mem_type=MemType.ACC, x_size=k.tile_b * k.tile_co,
+                       x_stride=k.tile_b * k.tile_co)
+        loaded = MemInsn(mem_type=MemType.ACC, y_size=k.tile_h * k.tile_w, x_stride=0)
+        init = bias_init_cycles(t_acc, k.tile_b * k.tile_co, loaded, bias, cfg)
+        if cfg.gemm.reset_from_acc:  # the reset copies the loaded bias: no ADD
+            epilogue += _mem_cycles(bias, cfg)
+            insns += 1
+        elif init.pays:  # load_bias: LOADs into the accumulators instead of the reset
+            reset = init.loaded
+            insns += k.tile_b * k.tile_co - 1
+        else:  # the bias's LOAD and an ADD after the accumulation
+            epilogue += init.added - reset
+            insns += 2
+    store = MemInsn(store=True, mem_type=MemType.ACC if post else MemType.OUT,
+                    y_size=k.tile_h, x_size=k.tile_w, x_stride=wl.out_width)
+    batch = costs.fetch_batch_size(cfg)
+    wgt_bytes = k.tile_co * k.tile_ci * kk * cfg.wgt_tile_bytes
+    bpc = cfg.dram.bytes_per_cycle
+    rows = _windows(wl.out_height, k.tile_h, wl.stride_h, wl.kernel_h, wl.pad_h, wl.height)
+    cols = _windows(wl.out_width, k.tile_w, wl.stride_w, wl.kernel_w, wl.pad_w, wl.width)
+    kinds = []
+    for (y0, ys, y1), n_rows in rows.items():
+        for (x0, xs, x1), n_cols in cols.items():
+            inp = MemInsn(mem_type=MemType.INP, y_size=ys, x_size=xs, x_stride=wl.width,
+                          y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
+            load = k.tile_b * k.tile_ci * _mem_cycles(inp, cfg) + wgt_cycles
+            in_bytes = k.tile_b * k.tile_ci * ys * xs * cfg.inp_tile_bytes + wgt_bytes
+            kinds.append((n_rows * n_cols, load, threads * chunks * in_bytes / bpc))
+    return _Plan(
+        threads=threads, chunks=chunks, gemm=gemm, reset=reset, epilogue=epilogue,
+        stores=k.tile_b * k.tile_co * _mem_cycles(store, cfg),
+        fetch=threads * insns * costs.fetch_cycles(batch, cfg) / batch,
+        store_beats=threads * t_acc * cfg.out_tile_bytes / bpc,
+        per_kind=(nb // k.tile_b) * (cob // (k.tile_co * k.oc_nthread)) / k.h_nthread,
+        kinds=tuple(kinds))
+
+
+def estimate_conv2d_cycles(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> float:
+    """Cycles of the layer under knobs ``k``, by the model of the module docstring."""
+    return _plan(wl, k, cfg).cycles()
+
+
+def conv2d_cycles_floor(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> float:
+    """A lower bound on :func:`estimate_conv2d_cycles` that needs no scheduling: per tile the
+    compute module's work, the DRAM beats or the instruction fetch, whichever is most."""
+    return _plan(wl, k, cfg).floor()
 
 
 def knob_candidates(wl: Conv2dWorkload, cfg: HwConfig) -> list[Conv2dKnobs]:
@@ -105,5 +295,15 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
             f"output pixel needs {wl.kernel_h * wl.kernel_w} wgt tiles and "
             f"{wl.kernel_h * wl.kernel_w} inp tiles)"
         )
-    return min(cands, key=lambda k: (estimate_conv2d_cycles(wl, k, cfg), -k.nthreads,
-                                      k.tile_ci))
+    # Branch and bound: the candidates are priced in the order of their floors (no estimate
+    # is below its floor), and the search stops at a floor above the best estimate so far.
+    best: tuple[tuple[float, int, int], Conv2dKnobs] | None = None
+    plans = sorted(((_plan(wl, k, cfg), k) for k in cands), key=lambda pk: pk[0].floor())
+    for plan, k in plans:
+        if best is not None and plan.floor() > best[0][0]:
+            break
+        key = (plan.cycles(), -k.nthreads, k.tile_ci)
+        if best is None or key < best[0]:
+            best = (key, k)
+    assert best is not None
+    return best[1]
