@@ -246,6 +246,22 @@ def test_stem_is_bit_exact_on_sim(config_name: str, size: int,
     assert report.accel_cycles < plain.accel_cycles
 
 
+@pytest.mark.parametrize("fold", FOLDS, ids=["columns", "rows", "window"])
+def test_every_fold_the_pass_can_make_is_bit_exact(fold: WindowFold, cfg: HwConfig) -> None:
+    """Each candidate, forced through the pass's ``choose`` (as benchmarks/stem_fold.py
+    does), on the functional simulator."""
+    rng = np.random.default_rng(3)
+    g = stem_net(rng, 32, batch=2)
+    x = int8_input(rng, g)
+    net = partition(g, default_supports(cfg))
+    forced = plan_memory(pack_layout(fold_conv_windows(net, cfg, lambda wl, cfg: fold), cfg))
+    assert [n.attrs["kernel"] for n in folds(forced)] == [fold.window(CONV2D.workload(
+        net.nodes[0], net))]
+    out, report = Executable(forced, cfg).run(x, backend="fsim", check=True)
+    assert report.check is True
+    np.testing.assert_array_equal(out["y"], run_reference(g, {"x": x})["y"])
+
+
 def test_resnet18_small_image_is_bit_exact(cfg: HwConfig) -> None:
     """The whole network at 32 x 32: only the stem folds."""
     g = resnet(18, image_size=32)

@@ -37,6 +37,7 @@ the weights are rearranged once, here, as a new param.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -51,7 +52,7 @@ from compiler.ops.conv2d import Conv2dWorkload
 from compiler.ops.heuristic import default_conv2d_knobs, estimate_conv2d_cycles
 from compiler.ops.registry import CONV2D
 
-__all__ = ["WindowFold", "choose_fold", "fold_conv_windows", "padded_macs"]
+__all__ = ["Choose", "WindowFold", "choose_fold", "fold_conv_windows", "padded_macs"]
 
 
 def padded_macs(wl: Conv2dWorkload, cfg: HwConfig) -> int:
@@ -138,12 +139,16 @@ def choose_fold(wl: Conv2dWorkload, cfg: HwConfig) -> WindowFold | None:
     return best if unfolded is None or estimate < unfolded else None
 
 
-def fold_conv_windows(graph: Graph, cfg: HwConfig) -> Graph:
-    """Fold the window of every accelerator ``conv2d`` for which :func:`choose_fold` finds a
-    fold into its channels: a ``fold_window`` node (target ``cpu``) before it, folded weights
-    (param ``<weight>.fold<KH>x<KW>``), and the stride and padding of the folded dimensions
-    moved to the gather (see the module docstring). Runs between ``partition`` and
-    ``pack_layout``; recomputes ``attrs["partition"]``.
+#: How :func:`fold_conv_windows` picks the fold of a convolution (None: leave it alone).
+Choose = Callable[[Conv2dWorkload, HwConfig], WindowFold | None]
+
+
+def fold_conv_windows(graph: Graph, cfg: HwConfig, choose: Choose = choose_fold) -> Graph:
+    """Fold the window of every accelerator ``conv2d`` for which ``choose`` finds a fold into
+    its channels: a ``fold_window`` node (target ``cpu``) before it, folded weights (param
+    ``<weight>.fold<KH>x<KW>``), and the stride and padding of the folded dimensions moved to
+    the gather (see the module docstring). Runs between ``partition`` and ``pack_layout``;
+    recomputes ``attrs["partition"]``.
 
     Parameters
     ----------
@@ -151,6 +156,10 @@ def fold_conv_windows(graph: Graph, cfg: HwConfig) -> Graph:
         A partitioned graph (every node has ``attrs["target"]``), not yet packed; not modified.
     cfg
         The hardware: its block sizes and buffers decide the folds.
+    choose
+        ``choose(workload, cfg) -> WindowFold | None`` per accelerator conv2d: default
+        :func:`choose_fold`, the module docstring's rule (a benchmark forces a fold with its
+        own).
 
     Returns
     -------
@@ -171,7 +180,7 @@ def fold_conv_windows(graph: Graph, cfg: HwConfig) -> Graph:
             nodes.append(n)
             continue
         wl = CONV2D.workload(n, g)
-        fold = choose_fold(wl, cfg)
+        fold = choose(wl, cfg)
         if fold is None:
             nodes.append(n)
             continue
