@@ -114,6 +114,9 @@ _FALLBACK: dict[str, FallbackFn] = {
     "slice": _slice,
     "concat": lambda k, node, g, xs: k.concat(xs, int(node.attrs.get("axis", 0))),
     "embedding": lambda k, node, g, xs: k.embedding(xs[0], _param(g, node, "table")),
+    "fold_window": lambda k, node, g, xs: k.fold_window(
+        xs[0], _pair(node.attrs["kernel"]), _pair(node.attrs.get("stride", 1)),
+        _pair(node.attrs.get("padding", 0))),
 }
 
 

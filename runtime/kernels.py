@@ -41,6 +41,7 @@ __all__ = [
     "check_bias",
     "check_conv2d_args",
     "check_flag",
+    "check_fold_window_args",
     "check_matmul",
     "check_matmul_args",
     "check_pair",
@@ -51,6 +52,7 @@ __all__ = [
     "dense",
     "elementwise",
     "embedding",
+    "fold_window",
     "gelu",
     "global_avg_pool",
     "is_int",
@@ -898,3 +900,25 @@ def concat(xs: Sequence[NDArray[Any]], axis: int) -> NDArray[Any]:
 
 def embedding(ids: NDArray[Any], table: NDArray[Any]) -> NDArray[Any]:
     return nn.embedding(ids, table)  # type: ignore[no-any-return]
+
+
+def check_fold_window_args(kernel: object, stride: object, padding: object
+                           ) -> tuple[tuple[int, int], ...]:
+    """``fold_window``'s window, stride and padding as checked (h, w) pairs."""
+    return (check_pair("fold_window", "kernel", kernel, 1),
+            check_pair("fold_window", "stride", stride, 1),
+            check_pair("fold_window", "padding", padding, 0))
+
+
+def fold_window(x: NDArray[Any], kernel: Pair, stride: Pair = 1, padding: Pair = 0) -> NDArray[Any]:
+    """Each window of the zero-padded NCHW image gathered into channels, (N, C, H, W) ->
+    (N, KH*KW*C, OH, OW) (:func:`compiler.graph.nn.fold_window`).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A window, stride or padding that is not an int or (h, w) pair in range; an image that
+        is not rank 4 or smaller than the window.
+    """
+    pairs = check_fold_window_args(kernel, stride, padding)
+    return nn.fold_window(x, *pairs)  # type: ignore[no-any-return]

@@ -52,6 +52,7 @@ from runtime.kernels import (
     check_bias,
     check_conv2d_args,
     check_flag,
+    check_fold_window_args,
     check_matmul,
     check_matmul_args,
     check_pair,
@@ -71,6 +72,7 @@ __all__ = [
     "dense",
     "elementwise",
     "embedding",
+    "fold_window",
     "gelu",
     "global_avg_pool",
     "layer_norm",
@@ -720,3 +722,8 @@ def concat(xs: Any, axis: int) -> NDArray[Any]:
 
 def embedding(ids: NDArray[Any], table: NDArray[Any]) -> NDArray[Any]:
     return _nn_call(nn.embedding, (ids, table))  # type: ignore[no-any-return]
+
+
+def fold_window(x: NDArray[Any], kernel: Pair, stride: Pair = 1, padding: Pair = 0) -> NDArray[Any]:
+    return _nn_call(nn.fold_window, (x,),  # type: ignore[no-any-return]
+                    *check_fold_window_args(kernel, stride, padding))

@@ -67,10 +67,10 @@ def test_registry_categories_and_pass_list() -> None:
     assert op_pattern("constant") is OpPattern.OPAQUE
     assert set(OPS) >= {"conv2d", "dense", "add", "relu", "flatten", "max_pool2d",
                         "avg_pool2d", "global_avg_pool", "batch_norm", "quantize",
-                        "dequantize", "layout_pack", "layout_unpack"}
+                        "dequantize", "layout_pack", "layout_unpack", "fold_window"}
     assert [p.__name__ for p in PASSES] == ["fold_constants", "match_patterns",
                                             "fold_batch_norm", "quantize", "fuse", "partition",
-                                            "pack_layout", "plan_memory"]
+                                            "fold_conv_windows", "pack_layout", "plan_memory"]
     with pytest.raises(GraphError, match="unknown operator 'swish'"):
         op_pattern("swish")
 
@@ -451,7 +451,9 @@ def test_plan_memory_resnet18_is_valid_and_tight(cfg: HwConfig) -> None:
                         if plan["lifetimes"][v][0] <= s <= plan["lifetimes"][v][1])
                     for s in range(steps))
     assert live_peak <= plan["peak_bytes"] <= 1.25 * live_peak
-    assert plan["peak_bytes"] < plan["naive_bytes"] / 3
+    # The two largest values are the stem's gathered window (fold_conv_windows) and its packed
+    # copy, live together: the plan still needs less than half of one buffer per value.
+    assert plan["peak_bytes"] < plan["naive_bytes"] / 2
 
 
 # --------------------------------------------------------------------------- optimize

@@ -357,6 +357,10 @@ BAD_CALLS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
     ("add", (A, A.astype(np.int32)), {}),
     ("add", (A, A), {"shift": 99}),
     ("global_avg_pool", (np.zeros((3, 8), np.int8),), {}),
+    ("fold_window", (X, 3, (1, 0)), {}),
+    ("fold_window", (X, 2.5), {}),
+    ("fold_window", (X, 9), {}),
+    ("fold_window", (X[0], 3), {}),
     ("global_avg_pool", (np.zeros((1, 3, 0, 4), np.int8),), {}),
     *[
         (pool, args, kwargs)
@@ -421,3 +425,14 @@ def test_transformer_kernels_match_numpy() -> None:
         got = getattr(kernels_gpu, name)(*args)
         assert type(got) is np.ndarray and got.dtype == want.dtype == np.float32
         np.testing.assert_array_max_ulp(got, want, maxulp=1)
+
+
+def test_fold_window_matches_numpy() -> None:
+    """The stem's gathers (whole window, columns) and a stride-1 one, bit for bit; a CuPy
+    operand keeps the result on the device."""
+    x = rand_int8(np.random.default_rng(41), (2, 3, 23, 17))
+    for kernel, stride, padding in (((7, 7), 2, 3), ((1, 7), (1, 2), (0, 3)), (3, 1, 0)):
+        same("fold_window", x, kernel, stride, padding)
+    got = kernels_gpu.fold_window(cp.asarray(x), (1, 7), (1, 2), (0, 3))
+    assert isinstance(got, cp.ndarray)
+    np.testing.assert_array_equal(cp.asnumpy(got), kernels.fold_window(x, (1, 7), (1, 2), (0, 3)))

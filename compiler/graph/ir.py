@@ -15,6 +15,9 @@ add                 shift, relu (two int8 inputs; residual add with requantisati
 relu, flatten       -
 max_pool2d          kernel (h, w), stride (h, w), padding (h, w)
 avg_pool2d          kernel, stride, padding;   global_avg_pool: -
+fold_window         kernel (h, w), stride (h, w), padding (h, w): each window of the zero-padded
+                    input gathered into channels, (N, C, H, W) -> (N, KH*KW*C, OH, OW)
+                    (inserted by the ``fold_conv_windows`` pass; data movement, any dtype)
 constant            value (param name): no inputs; a constant tensor that feeds a value
                     input (front ends; removed or produced by constant folding)
 batch_matmul        shift, relu: two int8 inputs (..., M, K) @ (..., K, N) (attention)

@@ -4,8 +4,9 @@ The reference executor (:mod:`compiler.graph.reference`), the CPU fallback (``ru
 and the GPU fallback (``runtime.kernels_gpu``, with ``xp = cupy``) all call these functions, so
 the three agree by construction where the arithmetic is the same:
 
-- data movement (``transpose``, ``reshape``, ``take``, ``slice``, ``concat``, ``embedding``) is
-  exact for any dtype, int8 included;
+- data movement (``transpose``, ``reshape``, ``take``, ``slice``, ``concat``, ``embedding``,
+  and ``fold_window``, the gather of a convolution's windows into channels) is exact for any
+  dtype, int8 included;
 - the float operators compute in float64 and return float32: ``softmax`` (max-subtracted),
   ``layer_norm`` (mean and biased variance over the last axis), ``gelu`` (the erf form, or the
   tanh approximation), elementwise ``sub`` / ``mul`` / ``div`` / ``pow`` / ``sqrt`` / ``erf`` /
@@ -25,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GELU_FORMS", "concat", "elementwise", "embedding", "erf", "gelu", "layer_norm",
-           "reduce", "reshape", "slice_axis", "softmax", "take", "transpose", "where"]
+__all__ = ["GELU_FORMS", "concat", "elementwise", "embedding", "erf", "fold_window", "gelu",
+           "layer_norm", "reduce", "reshape", "slice_axis", "softmax", "take", "transpose",
+           "where"]
 
 GELU_FORMS = ("erf", "tanh")
 """``gelu``'s forms: ``x/2 (1 + erf(x / sqrt 2))`` and ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715
@@ -155,3 +157,47 @@ def concat(xs: Sequence[Any], axis: int, xp: Any = np) -> Any:
 def embedding(ids: Any, table: Any, xp: Any = np) -> Any:
     """Rows of ``table`` picked by integer ``ids``: ``table[ids]`` (the table's dtype)."""
     return xp.asarray(table)[xp.asarray(ids, dtype=xp.int64)]
+
+
+def fold_window(x: Any, kernel: Sequence[int], stride: Sequence[int], padding: Sequence[int],
+                xp: Any = np) -> Any:
+    """Gather every ``kernel``-sized window of an NCHW image into channels (any dtype).
+
+    The image is zero-padded by ``padding`` (rows, columns) on each side; output pixel
+    ``(r, q)`` holds the window whose corner is padded pixel ``(r * stride[0], q * stride[1])``,
+    with channel ``(i * kernel[1] + j) * C + c`` holding the window's row ``i``, column ``j``
+    of channel ``c``. A convolution with the same window, stride and padding is then a 1x1
+    convolution of the result (an im2col that keeps the image layout); a ``(1, KW)`` window
+    with stride ``(1, SW)`` folds only the kernel's columns.
+
+    Parameters
+    ----------
+    x : array, (N, C, H, W)
+    kernel, stride, padding : (rows, columns)
+
+    Returns
+    -------
+    array, (N, KH * KW * C, OH, OW), ``x``'s dtype, ``OH = (H + 2 PH - KH) // SH + 1``
+    (``OW`` alike)
+
+    Raises
+    ------
+    ValueError
+        ``x`` is not rank 4, or the window does not fit the padded image.
+    """
+    (kh, kw), (sh, sw), (ph, pw) = (tuple(int(v) for v in p) for p in (kernel, stride, padding))
+    if x.ndim != 4 or min(kh, kw, sh, sw) < 1 or min(ph, pw) < 0:
+        raise ValueError(f"fold_window: takes an NCHW image, a window, stride >= 1 and "
+                         f"padding >= 0, got shape {tuple(x.shape)}, kernel {(kh, kw)}, "
+                         f"stride {(sh, sw)}, padding {(ph, pw)}")
+    n, c, h, w = x.shape
+    if kh > h + 2 * ph or kw > w + 2 * pw:
+        raise ValueError(f"fold_window: a {kh}x{kw} window does not fit the padded "
+                         f"{h + 2 * ph}x{w + 2 * pw} image")
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    padded = xp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
+    out = xp.empty((n, kh, kw, c, oh, ow), dtype=x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            out[:, i, j] = padded[:, :, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw]
+    return out.reshape(n, kh * kw * c, oh, ow)

@@ -9,7 +9,7 @@ value is stored and never changes its logical shape (see :func:`physical_shape`)
 Categories (TVM, OSDI'18, §3):
 
 - ``INJECTIVE``: one-to-one maps (elementwise ``relu``, ``add``, ``batch_norm``, ``quantize``,
-  ``dequantize``; ``flatten`` and the layout transforms);
+  ``dequantize``; ``flatten``, the layout transforms and ``fold_window``, a gather);
 - ``REDUCTION``: outputs reduce windows of the input (the pools);
 - ``COMPLEX_OUT_FUSABLE``: ``conv2d`` and ``dense``, onto whose output elementwise operators fuse;
 - ``OPAQUE``: cannot be fused (``constant``).
@@ -391,6 +391,15 @@ def _infer_pool(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorT
     return [TensorType((x.shape[0], x.shape[1], oh, ow), x.dtype)]
 
 
+def _infer_fold_window(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    _rank(graph, node, x, 4, "input")
+    kernel = _pair(graph, node, "kernel")
+    oh, ow = _window(graph, node, x.shape[2:], kernel, _pair(graph, node, "stride", 1),
+                     _pair(graph, node, "padding", 0))
+    return [TensorType((x.shape[0], x.shape[1] * kernel[0] * kernel[1], oh, ow), x.dtype)]
+
+
 def _infer_global_pool(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
     (x,) = ins
     _rank(graph, node, x, 4, "input")
@@ -481,6 +490,7 @@ OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("max_pool2d", _R, 1, _infer_pool),
     OpDef("avg_pool2d", _R, 1, _infer_pool),
     OpDef("global_avg_pool", _R, 1, _infer_global_pool),
+    OpDef("fold_window", _I, 1, _infer_fold_window),
     OpDef("batch_norm", _I, 1, _infer_batch_norm),
     OpDef("quantize", _I, 1, _infer_quantize),
     OpDef("dequantize", _I, 1, _infer_dequantize),

@@ -296,6 +296,9 @@ def _nn(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
         return nn.concat(args, int(a.get("axis", 0)))
     if op == "embedding":
         return nn.embedding(args[0], graph.params[a["table"]])
+    if op == "fold_window":
+        return nn.fold_window(args[0], _pair(a["kernel"]), _pair(a.get("stride", 1)),
+                              _pair(a.get("padding", 0)))
     raise GraphError(f"{graph.name}: node {node.name}: {op!r} is not a compiler.graph.nn "
                      "operator")
 
@@ -318,7 +321,7 @@ _KERNELS: dict[str, _Kernel] = {
     "layout_pack": _identity, "layout_unpack": _identity, "constant": _constant,
     **dict.fromkeys(("softmax", "layer_norm", "gelu", "sub", "mul", "div", "pow", "sqrt", "erf",
                      "tanh", "where", "reduce_mean", "reduce_sum", "reduce_max", "transpose",
-                     "reshape", "take", "slice", "concat", "embedding"), _nn),
+                     "reshape", "take", "slice", "concat", "embedding", "fold_window"), _nn),
     # An integer add requantises; a float one broadcasts (ONNX's Add).
     "add": lambda node, args, graph: (_add(node, args, graph)
                                       if _is_int(args[0]) or node.attrs.get("relu")

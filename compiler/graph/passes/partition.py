@@ -10,7 +10,7 @@ from compiler.errors import LoweringError
 from compiler.graph.ir import Graph, GraphError, Node
 from compiler.graph.passes.common import node_macs
 
-__all__ = ["Supports", "default_supports", "partition"]
+__all__ = ["Supports", "default_supports", "partition", "partition_report"]
 
 Supports = Callable[[Node, Graph], bool]
 
@@ -74,20 +74,27 @@ def partition(graph: Graph, supports: Supports) -> Graph:
         The graph already holds layout transforms (partition runs before ``pack_layout``).
     """
     g = graph.copy()
-    segments: list[dict[str, Any]] = []
-    accel_macs = total_macs = 0
     for n in g.nodes:
         if n.op in ("layout_pack", "layout_unpack"):
             raise GraphError(f"{g.name}: partition must run before pack_layout (node {n.name} "
                              f"is a {n.op})")
-        target = "accel" if supports(n, g) else "cpu"
-        n.attrs["target"] = target
-        macs = node_macs(n, g)
+        n.attrs["target"] = "accel" if supports(n, g) else "cpu"
+    g.attrs["partition"] = partition_report(g)
+    return g
+
+
+def partition_report(graph: Graph) -> dict[str, Any]:
+    """``graph.attrs["partition"]`` of a graph whose nodes have targets: ``segments``,
+    ``accel_macs``, ``total_macs`` (see :func:`partition`; a pass that adds nodes after
+    partitioning recomputes it)."""
+    segments: list[dict[str, Any]] = []
+    accel_macs = total_macs = 0
+    for n in graph.nodes:
+        target = n.attrs["target"]
+        macs = node_macs(n, graph)
         total_macs += macs
         accel_macs += macs if target == "accel" else 0
         if not segments or segments[-1]["target"] != target:
             segments.append({"target": target, "nodes": []})
         segments[-1]["nodes"].append(n.name)
-    g.attrs["partition"] = {"segments": segments, "accel_macs": accel_macs,
-                            "total_macs": total_macs}
-    return g
+    return {"segments": segments, "accel_macs": accel_macs, "total_macs": total_macs}
