@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+import accel
 from accel.machine.config import HwConfig
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import infer_types
@@ -27,7 +28,7 @@ from compiler.graph.passes import (
     partition,
     plan_memory,
 )
-from compiler.graph.passes.window import WindowFold, choose_fold, padded_macs
+from compiler.graph.passes.window import WindowFold, _estimate, choose_fold, padded_macs
 from compiler.graph.reference import run_node, run_reference
 from compiler.graph.zoo import resnet
 from compiler.ops.conv2d import Conv2dWorkload
@@ -173,16 +174,34 @@ def test_stem_folds_its_whole_window_on_default(rng: np.random.Generator,
 
 
 def test_stem_folds_its_columns_on_tiny(rng: np.random.Generator, tiny: HwConfig) -> None:
-    """On tiny (block_in 4, small buffers) at 32 x 32 the heuristic's estimate prefers the
-    columns (at 224 x 224 the whole window): 3 x 7 = 21 channels, a 7x1 kernel keeping the
-    rows' stride and padding."""
-    folded = fold_conv_windows(partition(stem_net(rng, 32), default_supports(tiny)), tiny)
+    """The columns' fold (forced) on tiny at 32 x 32: 3 x 7 = 21 channels, a 7x1 kernel
+    keeping the rows' stride and padding."""
+    folded = fold_conv_windows(partition(stem_net(rng, 32), default_supports(tiny)), tiny,
+                               choose=lambda wl, cfg: WindowFold(rows=False, columns=True))
     gather, conv = folded.nodes
     assert gather.attrs == {"kernel": (1, 7), "stride": (1, 2), "padding": (0, 3),
                             "target": "cpu"}
     assert folded.values[gather.outputs[0]].shape == (1, 21, 32, 16)
     assert conv.attrs["stride"] == (2, 1) and conv.attrs["padding"] == (3, 0)
     assert folded.params[conv.attrs["weight"]].shape == (64, 21, 7, 1)
+
+
+@pytest.mark.parametrize("config_name", ["tiny", "default", "vta_1x16x16"])
+def test_the_rule_picks_the_lowest_estimate(config_name: str) -> None:
+    """choose_fold returns the fold with the lowest estimate of those with fewer padded MACs,
+    when it is below the unfolded convolution's."""
+    cfg = accel.load_config(config_name)
+    wl = Conv2dWorkload(1, 3, 32, 32, 64, 7, 7, 2, 2, 3, 3, True, 9, True)
+    estimates = {fold: _estimate(fold.workload(wl), cfg)
+                 for fold in (WindowFold(False, True), WindowFold(True, False),
+                              WindowFold(True, True))}
+    chosen = choose_fold(wl, cfg)
+    best = min(e for e in estimates.values() if e is not None)
+    unfolded = _estimate(wl, cfg)
+    if unfolded is not None and best >= unfolded:
+        assert chosen is None
+    else:
+        assert chosen is not None and estimates[chosen] == best
 
 
 @pytest.mark.parametrize("channels", [1, 2])
