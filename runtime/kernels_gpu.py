@@ -177,12 +177,14 @@ class _Operands:
         self.views = tuple(_host_view(v) for v in values)
 
     def device(self, index: int) -> Any:
-        """Operand ``index`` as a C-contiguous CuPy array (copied to the GPU if on the host)."""
+        """Operand ``index`` as a C-contiguous CuPy array (copied to the GPU if on the host), of
+        the operand's rank (``ascontiguousarray`` would make a 0-d operand 1-d)."""
         cp = _cupy()
         value = self.originals[index]
         if value is None:
             return None
-        return cp.ascontiguousarray(cp.asarray(value))
+        array = cp.asarray(value)
+        return array if array.ndim == 0 else cp.ascontiguousarray(array)
 
     def result(self, out: Any) -> Any:
         """Return ``out`` as it should leave: on the device, or copied to the host."""
