@@ -12,10 +12,13 @@ the three agree by construction where the arithmetic is the same:
   tanh approximation), elementwise ``sub`` / ``mul`` / ``div`` / ``pow`` / ``sqrt`` / ``erf`` /
   ``tanh`` with numpy broadcasting, ``where`` and the reductions. numpy and CuPy round their
   float64 ``exp``, ``tanh``, ``erf`` and ``sqrt`` differently in the last bits at most, so after
-  the cast to float32 the two agree within one float32 ulp.
+  the cast to float32 the two agree within one float32 ulp. Results below float32's smallest
+  normal become a zero of their sign on both (the GPU's conversion flushes subnormals).
 
-``erf`` on numpy evaluates :func:`math.erf` once per distinct input value (a dequantised int8
-tensor has at most 256 of them); on CuPy it is ``cupyx.scipy.special.erf``.
+``erf`` (and ``erfc``, in ``gelu``) on numpy evaluates :func:`math.erf` once per distinct input
+value (a dequantised int8 tensor has at most 256 of them); on CuPy it is
+``cupyx.scipy.special.erf``. ``gelu`` is written without the cancellation of ``1 + erf(z)`` for
+negative inputs, so the agreement holds in its tail too.
 """
 
 from __future__ import annotations
@@ -41,23 +44,39 @@ def _f64(x: Any, xp: Any) -> Any:
     return xp.asarray(x).astype(xp.float64)
 
 
-def erf(x: Any, xp: Any = np) -> Any:
-    """The error function in float64 (see the module docstring)."""
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _f32(y: Any, xp: Any) -> Any:
+    """A float64 result as float32, what would be a float32 subnormal flushed to a zero of its
+    sign: the GPU's float64 -> float32 conversion flushes them, numpy's keeps them."""
+    return xp.where(xp.abs(y) < _F32_TINY, 0.0 * y, y).astype(xp.float32)
+
+
+def _special(name: str, x: Any, xp: Any) -> Any:
+    """``math.<name>`` elementwise in float64: once per distinct value on numpy, CuPy's
+    ``cupyx.scipy.special.<name>`` on CuPy."""
     x = _f64(x, xp)
     if xp is np:
         values, inverse = np.unique(x, return_inverse=True)
-        table = np.fromiter((math.erf(float(v)) for v in values), np.float64, len(values))
+        fn = getattr(math, name)
+        table = np.fromiter((fn(float(v)) for v in values), np.float64, len(values))
         return table[inverse].reshape(x.shape)
     import cupyx.scipy.special  # only where CuPy is the array module
 
-    return cupyx.scipy.special.erf(x)
+    return getattr(cupyx.scipy.special, name)(x)
+
+
+def erf(x: Any, xp: Any = np) -> Any:
+    """The error function in float64 (see the module docstring)."""
+    return _special("erf", x, xp)
 
 
 def softmax(x: Any, axis: int = -1, xp: Any = np) -> Any:
     """``exp(x - max) / sum(exp(x - max))`` along ``axis``; float32."""
     x = _f64(x, xp)
     e = xp.exp(x - x.max(axis=axis, keepdims=True))
-    return (e / e.sum(axis=axis, keepdims=True)).astype(xp.float32)
+    return _f32(e / e.sum(axis=axis, keepdims=True), xp)
 
 
 def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5, xp: Any = np) -> Any:
@@ -68,7 +87,7 @@ def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5, xp: Any = n
     d = x - mean
     var = (d * d).mean(axis=-1, keepdims=True)
     y = d / xp.sqrt(var + float(epsilon)) * _f64(gamma, xp) + _f64(beta, xp)
-    return y.astype(xp.float32)
+    return _f32(y, xp)
 
 
 def gelu(x: Any, form: str = "erf", xp: Any = np) -> Any:
@@ -80,13 +99,16 @@ def gelu(x: Any, form: str = "erf", xp: Any = np) -> Any:
         An unknown form.
     """
     x = _f64(x, xp)
+    # Written without 1 + erf(...) or 1 + tanh(...), which cancel for negative x: there the
+    # last bits of erf and tanh, which numpy and CuPy round differently, would be all that is
+    # left (1 + erf(z) = erfc(-z); 1 + tanh(z) = 2 / (1 + exp(-2 z))).
     if form == "erf":
-        y = 0.5 * x * (1.0 + erf(x / math.sqrt(2.0), xp))
+        y = 0.5 * x * _special("erfc", -x / math.sqrt(2.0), xp)
     elif form == "tanh":
-        y = 0.5 * x * (1.0 + xp.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+        y = x / (1.0 + xp.exp(-2.0 * _SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
     else:
         raise ValueError(f"gelu: form must be one of {', '.join(GELU_FORMS)}, got {form!r}")
-    return y.astype(xp.float32)
+    return _f32(y, xp)
 
 
 _ELEMENTWISE = {
@@ -109,12 +131,12 @@ def elementwise(op: str, args: Sequence[Any], xp: Any = np) -> Any:
     xs = [_f64(a, xp) for a in args]
     fn = _ELEMENTWISE.get(op)
     y = fn(xp, *xs) if fn is not None else _UNARY[op](xp, *xs)
-    return y.astype(xp.float32)
+    return _f32(y, xp)
 
 
 def where(cond: Any, x: Any, y: Any, xp: Any = np) -> Any:
     """``x`` where ``cond`` else ``y`` (broadcast), float32."""
-    return xp.where(xp.asarray(cond, dtype=bool), _f64(x, xp), _f64(y, xp)).astype(xp.float32)
+    return _f32(xp.where(xp.asarray(cond, dtype=bool), _f64(x, xp), _f64(y, xp)), xp)
 
 
 def reduce(op: str, x: Any, axes: Sequence[int], keepdims: bool, xp: Any = np) -> Any:
@@ -122,7 +144,7 @@ def reduce(op: str, x: Any, axes: Sequence[int], keepdims: bool, xp: Any = np) -
     x = _f64(x, xp)
     axis = tuple(int(a) for a in axes)
     fn = {"reduce_mean": x.mean, "reduce_sum": x.sum, "reduce_max": x.max}[op]
-    return fn(axis=axis, keepdims=keepdims).astype(xp.float32)
+    return _f32(fn(axis=axis, keepdims=keepdims), xp)
 
 
 def transpose(x: Any, perm: Sequence[int], xp: Any = np) -> Any:
