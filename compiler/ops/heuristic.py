@@ -86,6 +86,9 @@ def _windows(out: int, tile: int, stride: int, kernel: int, pad: int,
     return shapes
 
 
+NEAR_TIE = 0.005
+"""Estimates this close (relative) to the best count as a tie for the default knobs."""
+
 _mem_cycles = functools.lru_cache(maxsize=65536)(costs.mem_cycles)
 """``costs.mem_cycles``, remembered: the candidates of a layer repeat the same copies."""
 
@@ -160,6 +163,7 @@ class _Plan:
     stores: int
     fetch: float
     store_beats: float
+    bpc: int
     per_kind: float  # groups of threads per tile kind: every kind repeats this often
     kinds: tuple[tuple[int, int, float], ...]  # (tiles of the kind, load cycles, load beats)
 
@@ -169,6 +173,13 @@ class _Plan:
         work = self.threads * (self.chunks * self.gemm + self.reset + self.epilogue)
         return self.per_kind * sum(n * max(work, beats + self.store_beats, self.fetch)
                                    for n, _, beats in self.kinds)
+
+    def dram_bytes(self) -> float:
+        """Bytes the layer moves over DRAM: its inputs and weights as often as they are
+        loaded, its outputs once (instructions not counted)."""
+        bpc = self.bpc
+        return self.per_kind * bpc * sum(n * (beats + self.store_beats)
+                                         for n, _, beats in self.kinds)
 
     def cycles(self) -> float:
         total = first = 0.0
@@ -239,7 +250,7 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
         threads=threads, chunks=chunks, gemm=gemm, reset=reset, epilogue=epilogue,
         stores=k.tile_b * k.tile_co * _mem_cycles(store, cfg),
         fetch=threads * insns * costs.fetch_cycles(batch, cfg) / batch,
-        store_beats=threads * t_acc * cfg.out_tile_bytes / bpc,
+        store_beats=threads * t_acc * cfg.out_tile_bytes / bpc, bpc=bpc,
         per_kind=(nb // k.tile_b) * (cob // (k.tile_co * k.oc_nthread)) / k.h_nthread,
         kinds=tuple(kinds))
 
@@ -296,14 +307,18 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
             f"{wl.kernel_h * wl.kernel_w} inp tiles)"
         )
     # Branch and bound: the candidates are priced in the order of their floors (no estimate
-    # is below its floor), and the search stops at a floor above the best estimate so far.
-    best: tuple[tuple[float, int, int], Conv2dKnobs] | None = None
-    plans = sorted(((_plan(wl, k, cfg), k) for k in cands), key=lambda pk: pk[0].floor())
-    for plan, k in plans:
-        if best is not None and plan.floor() > best[0][0]:
+    # is below its floor), and the search stops at a floor above the best estimate so far by
+    # more than NEAR_TIE. Of the candidates within NEAR_TIE of the best, the one that moves
+    # the fewest DRAM bytes wins (then more threads, then the smaller tile_ci): the model
+    # cannot tell such candidates apart, and the copies it undercounts are DRAM contention.
+    priced: list[tuple[float, int, int, int, Conv2dKnobs]] = []
+    best = float("inf")
+    for plan, k in sorted(((_plan(wl, k, cfg), k) for k in cands),
+                          key=lambda pk: pk[0].floor()):
+        if plan.floor() > best * (1 + NEAR_TIE):
             break
-        key = (plan.cycles(), -k.nthreads, k.tile_ci)
-        if best is None or key < best[0]:
-            best = (key, k)
-    assert best is not None
-    return best[1]
+        cycles = plan.cycles()
+        best = min(best, cycles)
+        priced.append((cycles, round(plan.dram_bytes()), -k.nthreads, k.tile_ci, k))
+    near = [p for p in priced if p[0] <= best * (1 + NEAR_TIE)]
+    return min(near, key=lambda p: p[1:4])[4]
