@@ -72,6 +72,7 @@ def fits(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> bool:
             and wl.pad_h <= pad_limit and wl.pad_w <= pad_limit)
 
 
+@functools.lru_cache(maxsize=4096)
 def _windows(out: int, tile: int, stride: int, kernel: int, pad: int,
              extent: int) -> Counter[tuple[int, int, int]]:
     """How many output tiles of ``tile`` rows (or columns) read an input window of each shape
@@ -91,6 +92,7 @@ NEAR_TIE = 0.005
 
 _mem_cycles = functools.lru_cache(maxsize=65536)(costs.mem_cycles)
 """``costs.mem_cycles``, remembered: the candidates of a layer repeat the same copies."""
+_bias_init_cycles = functools.lru_cache(maxsize=65536)(bias_init_cycles)
 
 
 def _uops(n: int, insn: type[GemmInsn] | type[AluInsn], **fields: object) -> GemmInsn | AluInsn:
@@ -221,12 +223,11 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
         bias = MemInsn(mem_type=MemType.ACC, x_size=k.tile_b * k.tile_co,
                        x_stride=k.tile_b * k.tile_co)
         loaded = MemInsn(mem_type=MemType.ACC, y_size=k.tile_h * k.tile_w, x_stride=0)
-        init = bias_init_cycles(t_acc, k.tile_b * k.tile_co, loaded, bias, cfg)
         if cfg.gemm.reset_from_acc:  # the reset copies the loaded bias: no ADD
             epilogue += _mem_cycles(bias, cfg)
             insns += 1
-        elif init.pays:  # load_bias: LOADs into the accumulators instead of the reset
-            reset = init.loaded
+        elif (init := _bias_init_cycles(t_acc, k.tile_b * k.tile_co, loaded, bias, cfg)).pays:
+            reset = init.loaded  # load_bias: LOADs into the accumulators instead of the reset
             insns += k.tile_b * k.tile_co - 1
         else:  # the bias's LOAD and an ADD after the accumulation
             epilogue += init.added - reset
@@ -284,6 +285,7 @@ def knob_candidates(wl: Conv2dWorkload, cfg: HwConfig) -> list[Conv2dKnobs]:
     return out
 
 
+@functools.lru_cache(maxsize=256)
 def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
     """The candidate with the lowest estimated cycles.
 
