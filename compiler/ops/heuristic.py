@@ -51,8 +51,8 @@ from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
 from compiler.passes.alu import bias_init_cycles
 
-__all__ = ["conv2d_cycles_floor", "default_conv2d_knobs", "estimate_conv2d_cycles", "fits",
-           "knob_candidates"]
+__all__ = ["conv2d_cycles_floor", "conv2d_instructions", "default_conv2d_knobs",
+           "estimate_conv2d_cycles", "fits", "knob_candidates"]
 
 
 def _divisors(n: int) -> list[int]:
@@ -164,6 +164,7 @@ class _Plan:
     epilogue: int
     stores: int
     fetch: float
+    insns: int  # per tile, every thread
     store_beats: float
     bpc: int
     per_kind: float  # groups of threads per tile kind: every kind repeats this often
@@ -175,6 +176,10 @@ class _Plan:
         work = self.threads * (self.chunks * self.gemm + self.reset + self.epilogue)
         return self.per_kind * sum(n * max(work, beats + self.store_beats, self.fetch)
                                    for n, _, beats in self.kinds)
+
+    def instructions(self) -> float:
+        """Instructions of the layer's program, micro-op loads and FINISH not counted."""
+        return self.per_kind * self.insns * sum(n for n, _, _ in self.kinds)
 
     def dram_bytes(self) -> float:
         """Bytes the layer moves over DRAM: its inputs and weights as often as they are
@@ -250,7 +255,7 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
     return _Plan(
         threads=threads, chunks=chunks, gemm=gemm, reset=reset, epilogue=epilogue,
         stores=k.tile_b * k.tile_co * _mem_cycles(store, cfg),
-        fetch=threads * insns * costs.fetch_cycles(batch, cfg) / batch,
+        fetch=threads * insns * costs.fetch_cycles(batch, cfg) / batch, insns=threads * insns,
         store_beats=threads * t_acc * cfg.out_tile_bytes / bpc, bpc=bpc,
         per_kind=(nb // k.tile_b) * (cob // (k.tile_co * k.oc_nthread)) / k.h_nthread,
         kinds=tuple(kinds))
@@ -259,6 +264,11 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
 def estimate_conv2d_cycles(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> float:
     """Cycles of the layer under knobs ``k``, by the model of the module docstring."""
     return _plan(wl, k, cfg).cycles()
+
+
+def conv2d_instructions(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> int:
+    """About how many instructions the layer's program has under ``k`` (the model's count)."""
+    return round(_plan(wl, k, cfg).instructions())
 
 
 def conv2d_cycles_floor(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> float:
