@@ -70,7 +70,7 @@ def test_registry_categories_and_pass_list() -> None:
                         "dequantize", "layout_pack", "layout_unpack"}
     assert [p.__name__ for p in PASSES] == ["fold_constants", "match_patterns",
                                             "fold_batch_norm", "quantize", "fuse", "partition",
-                                            "pack_layout", "plan_memory"]
+                                            "fuse_residual", "pack_layout", "plan_memory"]
     with pytest.raises(GraphError, match="unknown operator 'swish'"):
         op_pattern("swish")
 

@@ -10,6 +10,7 @@ fold_batch_norm     fold a float batch_norm after a conv2d / dense into its weig
 quantize            float -> int8 with power-of-two scales calibrated on sample inputs
 fuse                merge relu into conv2d / dense / add; report groups in attrs["fusion"]
 partition           attrs["target"] = "accel" / "cpu" from a ``supports`` callable
+fuse_residual       a residual add into the conv2d producing an operand (conv2d_add)
 pack_layout         blocked layouts between accelerator nodes, transforms at boundaries
 plan_memory         static DRAM offsets by liveness, attrs["memory_plan"]
 ==================  ==========================================================================
@@ -29,6 +30,7 @@ from compiler.graph.passes.match import match_patterns
 from compiler.graph.passes.memory import plan_memory
 from compiler.graph.passes.partition import Supports, default_supports, partition
 from compiler.graph.passes.quantize import Calibration, quantize
+from compiler.graph.passes.residual import fuse_residual
 
 __all__ = [
     "PASSES",
@@ -38,6 +40,7 @@ __all__ = [
     "fold_batch_norm",
     "fold_constants",
     "fuse",
+    "fuse_residual",
     "match_patterns",
     "optimize",
     "pack_layout",
@@ -46,11 +49,11 @@ __all__ = [
     "quantize",
 ]
 
-#: Every pass, in pipeline order; ``PASSES[i].__name__`` is its name. quantize, partition and
-#: pack_layout take a second argument (calibration, supports, cfg).
+#: Every pass, in pipeline order; ``PASSES[i].__name__`` is its name. quantize, partition,
+#: fuse_residual and pack_layout take a second argument (calibration, supports, cfg, cfg).
 PASSES: tuple[Callable[..., Graph], ...] = (
-    fold_constants, match_patterns, fold_batch_norm, quantize, fuse, partition, pack_layout,
-    plan_memory,
+    fold_constants, match_patterns, fold_batch_norm, quantize, fuse, partition, fuse_residual,
+    pack_layout, plan_memory,
 )
 
 
@@ -58,7 +61,7 @@ def optimize(graph: Graph, cfg: HwConfig, supports: Supports | None = None,
              calibration: Calibration | None = None) -> Graph:
     """Run the pass pipeline: fold constants, match decomposed patterns, fold batch norms,
     quantize (graphs whose accelerator operators are still float),
-    fuse, partition, pack layouts, plan memory.
+    fuse, partition, fuse residual adds, pack layouts, plan memory.
 
     Parameters
     ----------
@@ -91,6 +94,6 @@ def optimize(graph: Graph, cfg: HwConfig, supports: Supports | None = None,
         g = quantize(g, calibration)
     g = fuse(g)
     g = partition(g, supports if supports is not None else default_supports(cfg))
-    g = plan_memory(pack_layout(g, cfg))
+    g = plan_memory(pack_layout(fuse_residual(g, cfg), cfg))
     g.verify()
     return g
