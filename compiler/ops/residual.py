@@ -17,9 +17,11 @@ int8 values is the same. It saves the conv's STORE of ``t``, the add's LOAD of `
 GEMM and reset (``docs/notes/residual-fusion.md``). Like the add it needs an identity weight
 tile, so ``block_in == block_out``.
 
-Knobs are conv2d's (:class:`~compiler.ops.conv2d.Conv2dKnobs`) with all input channels in one
-chunk; per thread an output tile now also needs the skip's inp tiles, a second acc tile per
-output tile and, once, the identity in wgt (:func:`fits_conv2d_add`).
+Knobs are conv2d's (:class:`~compiler.ops.conv2d.Conv2dKnobs`); per thread an output tile now
+also needs the skip's inp tiles, a second acc tile per output tile and, once, the identity in
+wgt (:func:`fits_conv2d_add`). The skip's inp copy and the input-channel chunks free their
+buffers on one token queue; the dependency pass chains their tokens
+(``compiler.passes.deps._chain``) so that each pairs with its own buffer's use.
 """
 
 from __future__ import annotations
@@ -149,21 +151,10 @@ def conv2d_add_schedule(wl: Conv2dAddWorkload, knobs: Conv2dKnobs, cfg: HwConfig
 
 
 def fits_conv2d_add(wl: Conv2dAddWorkload, k: Conv2dKnobs, cfg: HwConfig) -> bool:
-    """Whether the knobs are valid and their buffers fit: every input channel in one chunk
-    (``tile_ci`` = all input channel blocks), conv2d's buffers
-    (:func:`compiler.ops.heuristic.fits`) and, per thread, the skip's inp tiles and their acc
-    tiles (one each per output tile), and the identity tile in wgt.
-
-    Why one chunk: the skip's inp buffer and the conv's are freed for the next output tile by
-    back-edge tokens on the one compute->load queue, each loop's guarded by the count of its
-    own iterations (:mod:`compiler.passes.deps`). With one chunk per tile the two alternate
-    (data, skip, data, skip) and every token pairs with its own buffer's; with more, the first
-    chunk of a tile would take the token the previous tile's skip GEMM freed and overwrite
-    data still being read.
-    """
+    """Do the knobs' buffers fit: conv2d's (:func:`compiler.ops.heuristic.fits`) and, per
+    thread, the skip's inp tiles and their acc tiles (one each per output tile), and the
+    identity tile in wgt."""
     c = wl.conv
-    if k.tile_ci != wl.blocks(cfg)[1]:
-        return False
     t = k.nthreads
     out_tiles = k.tile_b * k.tile_co * k.tile_h * k.tile_w
     ih = (k.tile_h - 1) * c.stride_h + c.kernel_h
