@@ -451,7 +451,8 @@ def test_plan_memory_resnet18_is_valid_and_tight(cfg: HwConfig) -> None:
                         if plan["lifetimes"][v][0] <= s <= plan["lifetimes"][v][1])
                     for s in range(steps))
     assert live_peak <= plan["peak_bytes"] <= 1.25 * live_peak
-    assert plan["peak_bytes"] < plan["naive_bytes"] / 3
+    # 1/3 before fuse_residual; the eight conv outputs it fuses away were all naive bytes.
+    assert plan["peak_bytes"] < plan["naive_bytes"] / 2.5
 
 
 # --------------------------------------------------------------------------- optimize

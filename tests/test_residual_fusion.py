@@ -1,0 +1,266 @@
+"""Residual adds fused into the producing convolution (``conv2d_add``, pass ``fuse_residual``).
+
+The fused operator must give exactly what the two operators give apart (``runtime.kernels``'
+conv2d, then add), on the functional and the timing simulator; a network with the fusion must
+give the arrays the same network gives without it; the pass fires where it should (the eight
+residual adds of ResNet-18 on a config with ``block_in == block_out``) and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from accel.api import run_program
+from accel.machine.config import HwConfig
+from accel.machine.dram import pack_activation, pack_weight
+from compiler.errors import LoweringError
+from compiler.graph.ir import Graph, Node, TensorType
+from compiler.graph.ops import infer_types
+from compiler.graph.passes import (
+    default_supports,
+    fuse,
+    fuse_residual,
+    optimize,
+    pack_layout,
+    partition,
+    plan_memory,
+)
+from compiler.graph.reference import run_reference
+from compiler.graph.zoo import resnet
+from compiler.ops.compiled import bias_tiles
+from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
+from compiler.ops.eltwise import identity_tile
+from compiler.ops.heuristic import fits
+from compiler.ops.registry import CONV2D_ADD
+from compiler.ops.residual import Conv2dAddWorkload, fits_conv2d_add
+from runtime import kernels
+from runtime.executable import Executable
+
+_SETTINGS: dict[str, Any] = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+
+
+# --------------------------------------------------------------------------- the operator
+@st.composite
+def conv_add_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """A small conv2d (with its requantisation) and the residual add that follows it."""
+    k = draw(st.integers(1, 3))
+    return {"batch": draw(st.integers(1, 2)), "cin": draw(st.integers(1, 24)),
+            "cout": draw(st.integers(1, 24)), "size": draw(st.integers(1, 7)), "kernel": k,
+            "stride": draw(st.integers(1, 2)), "pad": draw(st.integers(0, k // 2)),
+            "bias": draw(st.booleans()), "shift": draw(st.integers(0, 10)),
+            "relu": draw(st.booleans()), "add_shift": draw(st.integers(0, 3)),
+            "add_relu": draw(st.booleans()), "seed": draw(st.integers(0, 2**32 - 1))}
+
+
+def run_case(case: dict[str, Any], cfg: HwConfig, backend: str) -> None:
+    """Compile and run one drawn case; compare with conv2d then add on the numpy kernels."""
+    n, cin, cout, size, k = (case[key] for key in ("batch", "cin", "cout", "size", "kernel"))
+    assume(size + 2 * case["pad"] >= k)
+    conv = Conv2dWorkload(n, cin, size, size, cout, k, k, case["stride"], case["stride"],
+                          case["pad"], case["pad"], case["bias"], case["shift"], case["relu"])
+    wl = Conv2dAddWorkload(conv, case["add_shift"], case["add_relu"])
+    try:
+        op = CONV2D_ADD.compile(wl, cfg)
+    except LoweringError as exc:  # only when no tiling fits; it must say so
+        assert "no tiling fits" in str(exc)
+        event("no tiling fits")
+        return
+    event("compiled")
+    rng = np.random.default_rng(case["seed"])
+    x = rng.integers(-128, 128, (n, cin, size, size), dtype=np.int8)
+    w = rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8)
+    bias = rng.integers(-3000, 3000, cout, dtype=np.int32) if case["bias"] else None
+    out_shape = (n, cout, conv.out_height, conv.out_width)
+    skip = rng.integers(-128, 128, out_shape, dtype=np.int8)
+    stride, pad = (case["stride"],) * 2, (case["pad"],) * 2
+    t = kernels.conv2d(x, w, bias, stride=stride, padding=pad, shift=case["shift"],
+                       relu=case["relu"])
+    want = kernels.add(t, skip, shift=case["add_shift"], relu=case["add_relu"])
+    args = {"data": pack_activation(x, cfg.batch, cfg.block_in),
+            "kernel": pack_weight(w, cfg.block_out, cfg.block_in),
+            "skip": pack_activation(skip, cfg.batch, cfg.block_out), "ident": identity_tile(cfg)}
+    if bias is not None:
+        args["bias"] = bias_tiles(bias, cout, cfg)
+    image = op.dram(**args)
+    result = run_program(op.program, image, config=cfg, backend=backend)
+    np.testing.assert_array_equal(op.read_output(image, out_shape), want)
+    if backend == "sim":
+        assert result.cycles is not None and result.cycles > 0
+
+
+@settings(max_examples=40, **_SETTINGS)
+@given(case=conv_add_cases())
+def test_conv2d_add_random_shapes_tiny_fsim(case: dict[str, Any], tiny: HwConfig) -> None:
+    run_case(case, tiny, "fsim")
+
+
+@settings(max_examples=40, **_SETTINGS)
+@given(case=conv_add_cases())
+def test_conv2d_add_random_shapes_default_fsim(case: dict[str, Any], cfg: HwConfig) -> None:
+    run_case(case, cfg, "fsim")
+
+
+@pytest.mark.parametrize("config_name", ["tiny", "default"])
+@settings(max_examples=8, **_SETTINGS)
+@given(case=conv_add_cases())
+def test_conv2d_add_random_shapes_sim(config_name: str, case: dict[str, Any], tiny: HwConfig,
+                                      cfg: HwConfig) -> None:
+    run_case(case, tiny if config_name == "tiny" else cfg, "sim")
+
+
+def test_conv2d_add_workload_and_knobs(cfg: HwConfig) -> None:
+    conv = Conv2dWorkload(1, 64, 56, 56, 64, 3, 3, 1, 1, 1, 1, True, 9, False)
+    wl = Conv2dAddWorkload(conv, 1, True)
+    assert wl.signature() == conv.signature() + "_add_sh1_r1"
+    assert wl.macs == conv.macs
+    assert wl.dram_bytes == conv.dram_bytes + 64 * 56 * 56  # plus the skip
+    # The skip's inp and acc tiles come on top of the conv's (default: 2048 acc tiles).
+    assert fits_conv2d_add(wl, Conv2dKnobs(tile_h=1, tile_w=14, tile_ci=8), cfg)
+    big = Conv2dKnobs(tile_h=28, tile_w=56, tile_ci=1)  # 1568 + 1 acc tiles; fused 3137
+    assert fits(conv, big, cfg) and not fits_conv2d_add(wl, big, cfg)
+    with pytest.raises(LoweringError, match=r"add_shift must be in 0\.\.31, got 32"):
+        Conv2dAddWorkload(conv, 32)
+
+
+def test_conv2d_add_needs_block_in_equal_block_out(cfg: HwConfig) -> None:
+    wide = cfg.replace(**{"core.block_in": 16})
+    wl = Conv2dAddWorkload(Conv2dWorkload(1, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1), 1, True)
+    assert not CONV2D_ADD.supports(wl, wide)
+    with pytest.raises(LoweringError, match="needs block_in == block_out"):
+        CONV2D_ADD.compile(wl, wide)
+
+
+# --------------------------------------------------------------------------- the pass
+def _conv(name: str, x: str, out: str, shift: int = 6, relu: bool = False) -> Node:
+    return Node(name, "conv2d", [x], [out], {
+        "weight": f"{name}.w", "bias": f"{name}.b", "stride": (1, 1), "padding": (1, 1),
+        "shift": shift, "relu": relu})
+
+
+def _block(rng: np.random.Generator, nodes: list[Node], outputs: list[str],
+           channels: int = 16, size: int = 6) -> Graph:
+    """An integer graph of ``nodes`` over input ``x`` (1, channels, size, size), with seeded
+    3x3 weights and biases for every conv."""
+    params: dict[str, np.ndarray] = {}
+    for n in nodes:
+        if n.op == "conv2d":
+            params[f"{n.name}.w"] = rng.integers(-20, 21, (channels, channels, 3, 3),
+                                                 dtype=np.int8)
+            params[f"{n.name}.b"] = rng.integers(-500, 501, channels, dtype=np.int32)
+    types = {"x": TensorType((1, channels, size, size), "int8")}
+    g = infer_types(Graph("block", ["x"], outputs, types, nodes, params))
+    g.verify()
+    return g
+
+
+def _residual_block(rng: np.random.Generator, extra_reader: bool = False,
+                    t_is_output: bool = False) -> Graph:
+    """x -> c0 -> s; s -> c1 -> t; y = relu(add(t, s)); optionally t also read by c2 (-> z)
+    or t a graph output."""
+    nodes = [_conv("c0", "x", "s", relu=True), _conv("c1", "s", "t"),
+             Node("add", "add", ["t", "s"], ["y"], {"shift": 1, "relu": True})]
+    outputs = ["y"]
+    if extra_reader:
+        nodes.append(_conv("c2", "t", "z"))
+        outputs.append("z")
+    if t_is_output:
+        outputs.append("t")
+    return _block(rng, nodes, outputs)
+
+
+def _unfused(g: Graph, cfg: HwConfig) -> Graph:
+    """``optimize``'s pipeline without ``fuse_residual``."""
+    opt = plan_memory(pack_layout(partition(fuse(g), default_supports(cfg)), cfg))
+    opt.verify()
+    return opt
+
+
+def test_fuse_residual_fuses_the_producing_conv(rng: np.random.Generator,
+                                                cfg: HwConfig) -> None:
+    g = _residual_block(rng)
+    fused = fuse_residual(partition(fuse(g), default_supports(cfg)), cfg)
+    assert [(n.name, n.op, n.inputs, n.outputs) for n in fused.nodes] == [
+        ("c0", "conv2d", ["x"], ["s"]), ("c1", "conv2d_add", ["s", "s"], ["y"])]
+    c1 = fused.node("c1")
+    assert (c1.attrs["add_shift"], c1.attrs["add_relu"], c1.attrs["shift"]) == (1, True, 6)
+    assert "t" not in fused.values
+    entry = next(e for e in fused.attrs["fusion"] if e["node"] == "c1")
+    assert entry["ops"][0] == "conv2d" and "add" in entry["ops"]
+    assert entry["absorbed"] == ["add"]
+    assert fused.attrs["partition"]["segments"] == [{"target": "accel", "nodes": ["c0", "c1"]}]
+    assert [n.op for n in g.nodes] == ["conv2d", "conv2d", "add"]  # its input is unchanged
+
+
+@pytest.mark.parametrize("variant", ["extra_reader", "t_is_output"])
+def test_fuse_residual_leaves_a_conv_output_others_read(variant: str, rng: np.random.Generator,
+                                                        cfg: HwConfig) -> None:
+    g = _residual_block(rng, **{variant: True})
+    fused = fuse_residual(partition(fuse(g), default_supports(cfg)), cfg)
+    assert "conv2d_add" not in [n.op for n in fused.nodes]
+    assert "add" in [n.op for n in fused.nodes]
+
+
+def test_fuse_residual_keeps_the_add_where_the_config_cannot(rng: np.random.Generator,
+                                                             cfg: HwConfig) -> None:
+    wide = cfg.replace(**{"core.block_in": 16})
+    g = partition(fuse(_residual_block(rng)), lambda node, graph: True)  # the add on accel
+    fused = fuse_residual(g, wide)
+    assert [n.op for n in fused.nodes] == ["conv2d", "conv2d", "add"]
+    # and on the CPU: nothing to fuse into
+    cpu = partition(fuse(_residual_block(rng)), lambda node, graph: node.op != "add")
+    assert [n.op for n in fuse_residual(cpu, cfg).nodes] == ["conv2d", "conv2d", "add"]
+
+
+@pytest.mark.parametrize("backend", ["fsim", "sim"])
+def test_residual_block_fused_equals_unfused(backend: str, rng: np.random.Generator,
+                                             cfg: HwConfig) -> None:
+    g = _residual_block(rng, extra_reader=False)
+    x = rng.integers(-128, 128, (1, 16, 6, 6), dtype=np.int8)
+    fused, unfused = optimize(g, cfg), _unfused(g, cfg)
+    assert [n.op for n in fused.nodes].count("conv2d_add") == 1
+    got, report = Executable(fused, cfg).run(x, backend=backend, check=True)
+    want, _ = Executable(unfused, cfg).run(x, backend=backend)
+    assert report.check
+    np.testing.assert_array_equal(got["y"], want["y"])
+    np.testing.assert_array_equal(got["y"], run_reference(g, {"x": x})["y"])
+
+
+# --------------------------------------------------------------------------- ResNet
+@pytest.mark.parametrize("config_name", ["default", "vta_1x16x16", "tiny"])
+def test_resnet18_fuses_every_residual_add(config_name: str, cfg: HwConfig, vta: HwConfig,
+                                           tiny: HwConfig) -> None:
+    """All eight adds, each into its block's conv2 (the first operand; in a downsampling
+    block the projection is the other)."""
+    config = {"default": cfg, "vta_1x16x16": vta, "tiny": tiny}[config_name]
+    g = resnet(18, image_size=32)
+    opt = optimize(g, config)
+    fused = [n.name for n in opt.nodes if n.op == "conv2d_add"]
+    adds = [n.name for n in opt.nodes if n.op == "add"]
+    assert fused == [f"layer{s}.{b}.conv2" for s in (1, 2, 3, 4) for b in (0, 1)]
+    assert adds == []
+
+
+@pytest.mark.parametrize("config_name", ["default", "tiny"])
+def test_small_resnet_fused_equals_unfused_fsim(config_name: str, cfg: HwConfig,
+                                                tiny: HwConfig) -> None:
+    config = cfg if config_name == "default" else tiny
+    g = resnet(18, image_size=16)
+    x = np.random.default_rng(1).integers(-128, 128, (1, 3, 16, 16), dtype=np.int8)
+    got, report = Executable(optimize(g, config), config).run(x, backend="fsim", check=True)
+    assert report.check
+    want = run_reference(g, {"data": x})
+    np.testing.assert_array_equal(got["fc"], want["fc"])
+
+
+@pytest.mark.slow
+def test_small_resnet_fused_equals_unfused_sim(cfg: HwConfig) -> None:
+    g = resnet(18, image_size=16)
+    x = np.random.default_rng(2).integers(-128, 128, (1, 3, 16, 16), dtype=np.int8)
+    got, _ = Executable(optimize(g, cfg), cfg).run(x, backend="sim")
+    want, _ = Executable(_unfused(g, cfg), cfg).run(x, backend="sim")
+    np.testing.assert_array_equal(got["fc"], want["fc"])
