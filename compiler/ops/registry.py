@@ -134,7 +134,7 @@ CONV2D_ADD = AccelOp(
     space=conv2d_add_space,
     inputs=(Operand("data", Block.IN), Operand("skip", Block.OUT)),
     constants=_conv2d_add_constants, macs=lambda wl: wl.macs,
-    dram_bytes=lambda wl: wl.dram_bytes,
+    dram_bytes=lambda wl: wl.dram_bytes, layers=lambda wl: wl.layers(),
 )
 
 

@@ -26,7 +26,8 @@ buffers on one token queue; the dependency pass chains their tokens
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, replace
+from typing import Any
 
 from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
@@ -77,9 +78,21 @@ class Conv2dAddWorkload:
 
     @property
     def dram_bytes(self) -> int:
-        """Compulsory DRAM bytes: the convolution's (input, weights, bias, output) and the
-        int8 skip operand; the intermediate ``t`` is no longer one."""
-        return self.conv.dram_bytes + self.output_elements
+        """Compulsory DRAM bytes of the network's two layers (ROOFLINE.md): the convolution's
+        (input, weights, bias, output) and the add's (both inputs, the output), although the
+        fused operator never moves the conv's output."""
+        return sum(b for _, b in self.layers())
+
+    def layers(self) -> list[tuple[int, int]]:
+        """(MACs, compulsory DRAM bytes) of the network's conv2d and residual add: the
+        roofline bound is the sum of their bounds."""
+        return [(self.conv.macs, self.conv.dram_bytes), (0, 3 * self.output_elements)]
+
+    def timing_class(self) -> tuple[Any, ...]:
+        """What the program's timing depends on (``accel tune``): the workload with the shift
+        amounts reduced to whether there is one and ReLU left out (ALU immediates only)."""
+        conv = replace(self.conv, shift=int(self.conv.shift > 0), relu=False)
+        return (*astuple(conv), int(self.add_shift > 0))
 
     def blocks(self, cfg: HwConfig) -> tuple[int, int, int]:
         return self.conv.blocks(cfg)
