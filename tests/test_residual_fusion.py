@@ -34,9 +34,9 @@ from compiler.graph.reference import run_reference
 from compiler.graph.zoo import resnet
 from compiler.ops.compiled import bias_tiles
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
-from compiler.ops.eltwise import identity_tile
+from compiler.ops.eltwise import AddWorkload, identity_tile
 from compiler.ops.heuristic import fits
-from compiler.ops.registry import CONV2D_ADD
+from compiler.ops.registry import ADD, CONV2D, CONV2D_ADD
 from compiler.ops.residual import Conv2dAddWorkload, fits_conv2d_add
 from runtime import kernels
 from runtime.executable import Executable
@@ -118,7 +118,10 @@ def test_conv2d_add_workload_and_knobs(cfg: HwConfig) -> None:
     wl = Conv2dAddWorkload(conv, 1, True)
     assert wl.signature() == conv.signature() + "_add_sh1_r1"
     assert wl.macs == conv.macs
-    assert wl.dram_bytes == conv.dram_bytes + 64 * 56 * 56  # plus the skip
+    # The network's two layers: the roofline bound is theirs, summed (ROOFLINE.md).
+    assert wl.dram_bytes == conv.dram_bytes + 3 * 64 * 56 * 56
+    add = AddWorkload(1, 64, 56, 56, 1, True)
+    assert CONV2D_ADD.bound(wl, cfg) == CONV2D.bound(conv, cfg) + ADD.bound(add, cfg)
     # The skip's inp and acc tiles come on top of the conv's (default: 2048 acc tiles).
     assert fits_conv2d_add(wl, Conv2dKnobs(tile_h=1, tile_w=14, tile_ci=8), cfg)
     big = Conv2dKnobs(tile_h=28, tile_w=56, tile_ci=1)  # 1568 + 1 acc tiles; fused 3137
@@ -264,3 +267,20 @@ def test_small_resnet_fused_equals_unfused_sim(cfg: HwConfig) -> None:
     got, _ = Executable(optimize(g, cfg), cfg).run(x, backend="sim")
     want, _ = Executable(_unfused(g, cfg), cfg).run(x, backend="sim")
     np.testing.assert_array_equal(got["fc"], want["fc"])
+
+
+def test_accumulate_add_lets_the_skip_gemm_accumulate_onto_t(cfg: HwConfig) -> None:
+    """The skip's identity GEMM accumulates into the conv's accumulators: its reset, its acc
+    buffer and the ALU ADD go (compiler.passes.alu.accumulate_add)."""
+    from compiler.build import build
+    from compiler.ops.residual import conv2d_add_schedule
+    from compiler.tir import to_text
+
+    wl = Conv2dAddWorkload(Conv2dWorkload(1, 8, 2, 2, 8, 1, 1, bias=True, shift=3), 1, True)
+    stages = build(conv2d_add_schedule(wl, Conv2dKnobs(tile_h=2, tile_w=2), cfg), cfg,
+                   "conv2d_add", keep_ir=True).stages
+    before, after = to_text(stages["inject_alu"]), to_text(stages["accumulate_add"])
+    assert "gemm_reset gskip" in before and "alu_add conv@" in before
+    assert "gemm_reset gskip" not in after and "gskip@" not in after
+    assert "gemm conv@" in after and "skip.inp@" in after
+    assert after.count("alu_add") == before.count("alu_add") - 1  # the bias ADD stays
