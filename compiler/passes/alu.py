@@ -204,16 +204,23 @@ def accumulate_add(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
     of ``a`` adding ``b`` at the same tile index, with nothing after it touching ``b``, and
     ``a`` and ``b`` of as many tiles. Elsewhere the IR is unchanged."""
     folded: set[Buffer] = set()
+    return _rewrite_lists(func, lambda body: _accumulate_adds(body, folded), folded)
 
+
+def _rewrite_lists(func: PrimFunc, fn: Callable[[list[Stmt]], list[Stmt]],
+                   dropped: set[Buffer]) -> PrimFunc:
+    """``func`` with ``fn`` applied to every statement list, and the allocations of the
+    buffers ``fn`` put in ``dropped`` removed where nothing touches them any more; ``func``
+    itself when ``fn`` dropped none."""
     def rewrite(s: Stmt) -> Stmt | None:
         if isinstance(s, Seq):
-            return Seq(_accumulate_adds(s.body, folded))
-        if isinstance(s, Allocate) and s.buffer in folded and not _touches(s.body, s.buffer):
+            return Seq(fn(s.body))
+        if isinstance(s, Allocate) and s.buffer in dropped and not _touches(s.body, s.buffer):
             return s.body
         return None
 
     body = map_stmts(func.body, rewrite)
-    return func.with_body(body) if folded else func
+    return func.with_body(body) if dropped else func
 
 
 def _accumulate_adds(body: list[Stmt], folded: set[Buffer]) -> list[Stmt]:
@@ -380,15 +387,7 @@ def load_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
         loaded.add(m.bias)
         return m.rewritten(body, [start])
 
-    def rewrite(s: Stmt) -> Stmt | None:
-        if isinstance(s, Seq):
-            return Seq(_fold_bias_adds(s.body, fold))
-        if isinstance(s, Allocate) and s.buffer in loaded and not _touches(s.body, s.buffer):
-            return s.body
-        return None
-
-    body = map_stmts(func.body, rewrite)
-    return func.with_body(body) if loaded else func
+    return _rewrite_lists(func, lambda body: _fold_bias_adds(body, fold), loaded)
 
 
 @dataclass(frozen=True)
