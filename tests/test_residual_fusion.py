@@ -248,6 +248,15 @@ def test_resnet18_fuses_every_residual_add(config_name: str, cfg: HwConfig, vta:
     assert adds == []
 
 
+def test_fuse_residual_leaves_postproc_configs_unfused(cfg: HwConfig) -> None:
+    """With the post-processing store the conv's requantisation is free in its STORE; fused,
+    it would run on the ALU, which costs the compute-bound convolutions more than the add."""
+    pp = cfg.replace(**{"store.postproc": True})
+    opt = optimize(resnet(18, image_size=32), pp)
+    assert [n.op for n in opt.nodes].count("add") == 8
+    assert "conv2d_add" not in [n.op for n in opt.nodes]
+
+
 @pytest.mark.parametrize("config_name", ["default", "tiny"])
 def test_small_resnet_fused_equals_unfused_fsim(config_name: str, cfg: HwConfig,
                                                 tiny: HwConfig) -> None:

@@ -16,7 +16,11 @@ integer add qualifies; none needs a multiply.
 
 It does not fire where the config cannot run the fused operator (``block_in != block_out``:
 no identity weight tile; or the epilogue's buffers do not fit), where either node is on the
-CPU, or where ``t`` has another reader. Where both operands qualify (a downsampling block's
+CPU, or where ``t`` has another reader; nor on a config with the post-processing store
+(``store.postproc``), where it does not pay: there the unfused conv's requantisation rides in
+its STORE, while the fused one must run it on the ALU to clip ``t`` before the add, and the
+convolutions are compute-bound (ResNet-18 on default_postproc: 0.2% more cycles fused,
+``docs/notes/residual-fusion.md``). Where both operands qualify (a downsampling block's
 conv and its projection), the operand listed first is fused.
 
 The fused node keeps the conv's name and takes the add's place in the node order (the skip is
@@ -70,7 +74,8 @@ def _supported(node: Node, g: Graph, cfg: HwConfig) -> bool:
 
 def fuse_residual(graph: Graph, cfg: HwConfig) -> Graph:
     """Fuse each residual add into the conv2d producing one of its operands, where the
-    accelerator runs both and ``cfg`` runs the fused operator (see the module docstring).
+    accelerator runs both, ``cfg`` runs the fused operator and it pays (see the module
+    docstring).
 
     Parameters
     ----------
@@ -85,6 +90,8 @@ def fuse_residual(graph: Graph, cfg: HwConfig) -> Graph:
         The fused copy.
     """
     g = graph.copy()
+    if cfg.store.postproc:
+        return g  # the conv's requantisation is free in its STORE; see the module docstring
     absorbed: dict[str, str] = {}  # conv name -> add name
     for add in list(g.nodes):
         found = _conv_operand(g, add)
