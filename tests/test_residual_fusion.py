@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from accel.api import run_program
@@ -57,10 +57,12 @@ def conv_add_cases(draw: st.DrawFn) -> dict[str, Any]:
             "add_relu": draw(st.booleans()), "seed": draw(st.integers(0, 2**32 - 1))}
 
 
-def run_case(case: dict[str, Any], cfg: HwConfig, backend: str) -> None:
-    """Compile and run one drawn case; compare with conv2d then add on the numpy kernels."""
+def run_case(case: dict[str, Any], cfg: HwConfig, backend: str) -> str:
+    """Compile and run one drawn case; compare with conv2d then add on the numpy kernels.
+    Returns what happened (a hypothesis event)."""
     n, cin, cout, size, k = (case[key] for key in ("batch", "cin", "cout", "size", "kernel"))
-    assume(size + 2 * case["pad"] >= k)
+    if size + 2 * case["pad"] < k:
+        return "kernel larger than the padded input"
     conv = Conv2dWorkload(n, cin, size, size, cout, k, k, case["stride"], case["stride"],
                           case["pad"], case["pad"], case["bias"], case["shift"], case["relu"])
     wl = Conv2dAddWorkload(conv, case["add_shift"], case["add_relu"])
@@ -68,9 +70,7 @@ def run_case(case: dict[str, Any], cfg: HwConfig, backend: str) -> None:
         op = CONV2D_ADD.compile(wl, cfg)
     except LoweringError as exc:  # only when no tiling fits; it must say so
         assert "no tiling fits" in str(exc)
-        event("no tiling fits")
-        return
-    event("compiled")
+        return "no tiling fits"
     rng = np.random.default_rng(case["seed"])
     x = rng.integers(-128, 128, (n, cin, size, size), dtype=np.int8)
     w = rng.integers(-128, 128, (cout, cin, k, k), dtype=np.int8)
@@ -91,18 +91,19 @@ def run_case(case: dict[str, Any], cfg: HwConfig, backend: str) -> None:
     np.testing.assert_array_equal(op.read_output(image, out_shape), want)
     if backend == "sim":
         assert result.cycles is not None and result.cycles > 0
+    return "compiled"
 
 
 @settings(max_examples=40, **_SETTINGS)
 @given(case=conv_add_cases())
 def test_conv2d_add_random_shapes_tiny_fsim(case: dict[str, Any], tiny: HwConfig) -> None:
-    run_case(case, tiny, "fsim")
+    event(run_case(case, tiny, "fsim"))
 
 
 @settings(max_examples=40, **_SETTINGS)
 @given(case=conv_add_cases())
 def test_conv2d_add_random_shapes_default_fsim(case: dict[str, Any], cfg: HwConfig) -> None:
-    run_case(case, cfg, "fsim")
+    event(run_case(case, cfg, "fsim"))
 
 
 @pytest.mark.parametrize("config_name", ["tiny", "default"])
@@ -110,7 +111,7 @@ def test_conv2d_add_random_shapes_default_fsim(case: dict[str, Any], cfg: HwConf
 @given(case=conv_add_cases())
 def test_conv2d_add_random_shapes_sim(config_name: str, case: dict[str, Any], tiny: HwConfig,
                                       cfg: HwConfig) -> None:
-    run_case(case, tiny if config_name == "tiny" else cfg, "sim")
+    event(run_case(case, tiny if config_name == "tiny" else cfg, "sim"))
 
 
 def test_conv2d_add_workload_and_knobs(cfg: HwConfig) -> None:
@@ -293,3 +294,24 @@ def test_accumulate_add_lets_the_skip_gemm_accumulate_onto_t(cfg: HwConfig) -> N
     assert "gemm_reset gskip" not in after and "gskip@" not in after
     assert "gemm conv@" in after and "skip.inp@" in after
     assert after.count("alu_add") == before.count("alu_add") - 1  # the bias ADD stays
+
+
+@pytest.mark.parametrize("config_name", ["default_postproc", "vta_1x16x16_postproc"])
+def test_conv2d_add_with_postproc_and_reset_from_acc(config_name: str) -> None:
+    """The requantisation passes work on the fused operator: the bias starts the accumulation
+    (reset_bias) and the add's shift and clip ride in the STORE (store_requant)."""
+    import accel
+    from compiler.build import build
+    from compiler.ops.residual import conv2d_add_schedule, default_conv2d_add_knobs
+    from compiler.tir import to_text
+
+    config = accel.load_config(config_name)
+    case = {"batch": 1, "cin": 40, "cout": 36, "size": 6, "kernel": 3, "stride": 1, "pad": 1,
+            "bias": True, "shift": 8, "relu": False, "add_shift": 1, "add_relu": True,
+            "seed": 5}
+    assert run_case(case, config, "fsim") == "compiled"
+    wl = Conv2dAddWorkload(Conv2dWorkload(1, 40, 6, 6, 36, 3, 3, 1, 1, 1, 1, True, 8), 1, True)
+    text = to_text(build(conv2d_add_schedule(wl, default_conv2d_add_knobs(wl, config), config),
+                         config, "conv2d_add", keep_ir=True).stages["store_requant"])
+    assert "gemm_reset conv@" in text and "= bias.acc@" in text  # the reset copies the bias
+    assert "dma_store ACC conv@" in text and "post=(>>1, 0..127)" in text
