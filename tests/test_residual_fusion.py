@@ -123,10 +123,13 @@ def test_conv2d_add_workload_and_knobs(cfg: HwConfig) -> None:
     assert wl.dram_bytes == conv.dram_bytes + 3 * 64 * 56 * 56
     add = AddWorkload(1, 64, 56, 56, 1, True)
     assert CONV2D_ADD.bound(wl, cfg) == CONV2D.bound(conv, cfg) + ADD.bound(add, cfg)
-    # The skip's inp and acc tiles come on top of the conv's (default: 2048 acc tiles).
-    assert fits_conv2d_add(wl, Conv2dKnobs(tile_h=1, tile_w=14, tile_ci=8), cfg)
-    big = Conv2dKnobs(tile_h=28, tile_w=56, tile_ci=1)  # 1568 + 1 acc tiles; fused 3137
-    assert fits(conv, big, cfg) and not fits_conv2d_add(wl, big, cfg)
+    # The skip's inp tiles come on top of the conv's (default: 4096 inp tiles); its acc tiles
+    # do not (accumulate_add folds them into the conv's).
+    assert fits_conv2d_add(wl, Conv2dKnobs(tile_h=8, tile_w=56, tile_co=2, oc_nthread=2), cfg)
+    big = Conv2dKnobs(tile_h=14, tile_w=56, tile_ci=2)  # inp 2 x 16 x 58 + 784 = 2640 tiles
+    conv_only = Conv2dKnobs(tile_h=14, tile_w=56, tile_ci=4)  # 4 x 16 x 58 = 3712; fused 4496
+    assert fits_conv2d_add(wl, big, cfg)
+    assert fits(conv, conv_only, cfg) and not fits_conv2d_add(wl, conv_only, cfg)
     with pytest.raises(LoweringError, match=r"add_shift must be in 0\.\.31, got 32"):
         Conv2dAddWorkload(conv, 32)
 

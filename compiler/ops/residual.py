@@ -11,17 +11,23 @@ brings an int8 tensor into acc, and the add's own chain follows::
     conv >>= s2; min 127; max (0 | -128)   (the add's chain)
     out = int8(conv)                       (STORE OUT)
 
+as the compute definition says it; :func:`compiler.passes.alu.accumulate_add` then lets the
+skip's GEMM accumulate onto ``t`` in the conv's accumulators (``conv += skip . I^T``), and
+``gskip``'s reset, its buffer and the ALU ADD go. With ``store.postproc`` the add's chain rides
+in the STORE (:func:`compiler.passes.alu.store_requant`), with ``gemm.reset_from_acc`` the bias
+starts the accumulation (:func:`compiler.passes.alu.reset_bias`), as for conv2d.
+
 This is bit-exact with the two operators run apart: ``t`` is computed and clipped into the
 int8 range exactly as the conv's STORE would have narrowed it, and the add's int32 sum of two
-int8 values is the same. It saves the conv's STORE of ``t``, the add's LOAD of ``t`` and its
-GEMM and reset (``docs/notes/residual-fusion.md``). Like the add it needs an identity weight
-tile, so ``block_in == block_out``.
+int8 values is the same. It saves the conv's STORE of ``t``, the add's LOADs of both operands,
+its GEMM of ``t`` and its ALU pass (``docs/notes/residual-fusion.md``). Like the add it needs
+an identity weight tile, so ``block_in == block_out``.
 
 Knobs are conv2d's (:class:`~compiler.ops.conv2d.Conv2dKnobs`); per thread an output tile now
-also needs the skip's inp tiles, a second acc tile per output tile and, once, the identity in
-wgt (:func:`fits_conv2d_add`). The skip's inp copy and the input-channel chunks free their
-buffers on one token queue; the dependency pass chains their tokens
-(``compiler.passes.deps._chain``) so that each pairs with its own buffer's use.
+also needs the skip's inp tiles and, once, the identity in wgt (:func:`fits_conv2d_add`). The
+skip's inp copy and the input-channel chunks free their buffers on one token queue; the
+dependency pass chains their tokens (``compiler.passes.deps._chain``) so that each pairs with
+its own buffer's use.
 """
 
 from __future__ import annotations
@@ -165,8 +171,12 @@ def conv2d_add_schedule(wl: Conv2dAddWorkload, knobs: Conv2dKnobs, cfg: HwConfig
 
 def fits_conv2d_add(wl: Conv2dAddWorkload, k: Conv2dKnobs, cfg: HwConfig) -> bool:
     """Do the knobs' buffers fit: conv2d's (:func:`compiler.ops.heuristic.fits`) and, per
-    thread, the skip's inp tiles and their acc tiles (one each per output tile), and the
-    identity tile in wgt."""
+    thread, the skip's inp tiles (one per output tile) and, once, the identity tile in wgt.
+
+    The skip needs no acc tiles of its own: the compute definition gives its GEMM a buffer
+    (``gskip``), but :func:`compiler.passes.alu.accumulate_add` always folds it into the
+    conv's accumulators (were it not to, storage planning would refuse the overflow).
+    """
     c = wl.conv
     t = k.nthreads
     out_tiles = k.tile_b * k.tile_co * k.tile_h * k.tile_w
@@ -174,9 +184,7 @@ def fits_conv2d_add(wl: Conv2dAddWorkload, k: Conv2dKnobs, cfg: HwConfig) -> boo
     iw = (k.tile_w - 1) * c.stride_w + c.kernel_w
     inp = t * (k.tile_b * k.tile_ci * ih * iw + out_tiles)
     wgt = t * k.tile_co * k.tile_ci * c.kernel_h * c.kernel_w + 1
-    acc = t * (2 * out_tiles + (k.tile_co if c.bias else 0))
-    return (fits(c, k, cfg) and inp <= cfg.inp_depth and wgt <= cfg.wgt_depth
-            and acc <= cfg.acc_depth)
+    return fits(c, k, cfg) and inp <= cfg.inp_depth and wgt <= cfg.wgt_depth
 
 
 def default_conv2d_add_knobs(wl: Conv2dAddWorkload, cfg: HwConfig) -> Conv2dKnobs:
