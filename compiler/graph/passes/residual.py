@@ -55,7 +55,7 @@ def _conv_operand(g: Graph, add: Node) -> tuple[Node, str] | None:
     return None
 
 
-def _fused(g: Graph, conv: Node, add: Node, skip: str) -> Node:
+def _fused(conv: Node, add: Node, skip: str) -> Node:
     attrs = dict(conv.attrs)
     attrs.update(add_shift=int(add.attrs.get("shift", 0)),
                  add_relu=bool(add.attrs.get("relu", False)))
@@ -98,7 +98,7 @@ def fuse_residual(graph: Graph, cfg: HwConfig) -> Graph:
         if found is None:
             continue
         conv, skip = found
-        node = _fused(g, conv, add, skip)
+        node = _fused(conv, add, skip)
         node.attrs["target"] = "accel"
         if not _supported(node, g, cfg):
             continue
