@@ -72,9 +72,12 @@ def parse_layers(spec: str) -> list[str] | None:
 def timing_class(wl: Any) -> tuple[Any, ...]:
     """What a conv2d's timing depends on: its workload with the shift amount reduced to
     whether there is one and ReLU left out. Those only change ALU immediates, which no cycle
-    cost reads, so workloads of one class give programs of identical timing for any knobs."""
+    cost reads, so workloads of one class give programs of identical timing for any knobs.
+    A workload of several requantisations (conv2d_add) says its own (``timing_class()``)."""
     from dataclasses import astuple, replace
 
+    if hasattr(wl, "timing_class"):
+        return tuple(wl.timing_class())
     return astuple(replace(wl, shift=int(wl.shift > 0), relu=False))
 
 

@@ -44,6 +44,12 @@ def _conv2d(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
                     **_requant(node))
 
 
+def _conv2d_add(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
+    t = _conv2d(k, node, g, xs[:1])
+    return k.add(t, xs[1], shift=int(node.attrs.get("add_shift", 0)),
+                 relu=bool(node.attrs.get("add_relu", False)))
+
+
 def _dense(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
     x = xs[0]  # any rank: every axis but the last are rows
     y = k.dense(x.reshape(-1, x.shape[-1]), _param(g, node, "weight"), _param(g, node, "bias"),
@@ -87,6 +93,7 @@ def _flatten(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
 
 _FALLBACK: dict[str, FallbackFn] = {
     "conv2d": _conv2d,
+    "conv2d_add": _conv2d_add,
     "dense": _dense,
     "add": _add,
     "relu": lambda k, node, g, xs: k.relu(xs[0]),

@@ -300,8 +300,9 @@ def test_tune_shows_every_batch_and_measurement(tmp_path: Path,
     captured = capsys.readouterr()
     assert captured.err == ""
     summary = json.loads(captured.out)
-    # Every accelerator layer is tuned (the residual add and the classifier too).
-    assert [layer["layer"] for layer in summary["layers"]] == ["conv1", "conv2", "add", "fc"]
+    # Every accelerator layer is tuned (conv2 with the residual add fused into it, conv2d_add,
+    # and the classifier too).
+    assert [layer["layer"] for layer in summary["layers"]] == ["conv1", "conv2", "fc"]
     assert summary["records"] == len(log.read_text().splitlines())
     assert all(layer["tuned_cycles"] <= layer["heuristic_cycles"] for layer in summary["layers"])
 

@@ -372,20 +372,21 @@ def test_cli_tune_then_run_with_the_log(tmp_path: Path, capsys: pytest.CaptureFi
                  "--log", str(log), "--seed", "1"]) == 0
     captured = capsys.readouterr()
     records = TuningLog(log).records()
-    # Every accelerator layer (two conv2d, the residual add, the dense classifier): the
-    # heuristic's knobs, then four trials each.
-    assert [r.tuner for r in records].count("heuristic") == 4
-    assert [r.tuner for r in records].count("xgb") == 16
-    assert {r.op.split("_")[0] for r in records} == {"conv2d", "add", "matmul"}
+    # Every accelerator layer (two conv2d, the second with the residual add in its epilogue,
+    # conv2d_add, and the dense classifier): the heuristic's knobs, then four trials each.
+    assert [r.tuner for r in records].count("heuristic") == 3
+    assert [r.tuner for r in records].count("xgb") == 12
+    assert {r.op.split("_")[0] for r in records} == {"conv2d", "matmul"}
+    assert sum("_add_sh" in r.op for r in records) == 5  # conv2d_add's signature
     lines = captured.out.splitlines()
     assert lines[0].split()[:4] == ["layer", "workload", "space", "trials"]
     assert len([line for line in lines if line.startswith("conv")]) == 2
-    assert f"log: {log} (20 records" in captured.out
-    assert "[1/4] conv1" in captured.err and "xgb 4/4 trials" in captured.err
+    assert f"log: {log} (15 records" in captured.out
+    assert "[1/3] conv1" in captured.err and "xgb 4/4 trials" in captured.err
     assert main(["run", str(model), "--config", "tiny", "--tuning-log", str(log),
                  "--backend", "fsim", "--check"]) == 0
     out = capsys.readouterr().out
-    assert "4 of 4 accelerator layers use logged knobs" in out
+    assert "3 of 3 accelerator layers use logged knobs" in out
     assert "bit-exact with the numpy reference network" in out
 
 

@@ -192,7 +192,7 @@ def test_layer_options_name_accelerator_layers() -> None:
     x, calibration = accel.sample_inputs(g, 0)
     exe = accel.compile(g, accel.load_config("tiny"), calibration=calibration)
     with pytest.raises(ValueError, match=r"^resnet18: no accelerator layer 'nope'; they are "
-                                         r"conv1, layer1\.0\.conv1, .*\(29 in all\)$"):
+                                         r"conv1, layer1\.0\.conv1, .*\(21 in all\)$"):
         exe.run(x, backend="sim", layer_options={"nope": {}})
     cpu_layer = next(n.name for n in g.nodes if n.name not in exe.compiled)
     with pytest.raises(ValueError, match=f"^resnet18: layer {re.escape(repr(cpu_layer))} does "

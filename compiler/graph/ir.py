@@ -12,6 +12,8 @@ conv2d              weight (OIHW int8 param), bias (int32 param or None), stride
                     padding (h, w), shift, relu
 dense               weight ((N, K) int8 param), bias, shift, relu
 add                 shift, relu (two int8 inputs; residual add with requantisation)
+conv2d_add          conv2d's, add_shift, add_relu: inputs (x, skip); ``add(conv2d(x), skip)``
+                    as one operator (made by the fuse_residual pass)
 relu, flatten       -
 max_pool2d          kernel (h, w), stride (h, w), padding (h, w)
 avg_pool2d          kernel, stride, padding;   global_avg_pool: -

@@ -217,7 +217,8 @@ def _check_bias(graph: Graph, node: Node, dtype: str, channels: int) -> None:
                    f"{b.dtype} {b.shape}")
 
 
-def _check_requant(graph: Graph, node: Node, dtype: str, w: np.ndarray | None) -> None:
+def _check_requant(graph: Graph, node: Node, dtype: str, w: np.ndarray | None,
+                   shift_attr: str = "shift") -> None:
     if _is_float(dtype):
         if w is not None and not _is_float(str(w.dtype)):
             raise _err(graph, node, f"a float {node.op} needs a float weight, got {w.dtype}")
@@ -226,9 +227,9 @@ def _check_requant(graph: Graph, node: Node, dtype: str, w: np.ndarray | None) -
         raise _err(graph, node, f"integer operators take int8 values, got {dtype}")
     if w is not None and w.dtype != np.int8:
         raise _err(graph, node, f"weight must be int8, got {w.dtype}")
-    shift = node.attrs.get("shift", 0)
+    shift = node.attrs.get(shift_attr, 0)
     if not isinstance(shift, int | np.integer) or not 0 <= shift <= 31:
-        raise _err(graph, node, f"shift must be an int in 0..31, got {shift!r}")
+        raise _err(graph, node, f"{shift_attr} must be an int in 0..31, got {shift!r}")
 
 
 def _infer_add(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
@@ -240,6 +241,16 @@ def _infer_add(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorTy
         raise _err(graph, node, f"operands must have one shape, got {a} and {b}")
     _check_requant(graph, node, dtype, None)
     return [TensorType(a.shape, dtype)]
+
+
+def _infer_conv2d_add(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    """conv2d of input 0, then the add of input 1 (the skip: the conv's output type)."""
+    (out,) = _infer_conv2d(node, ins[:1], graph)
+    if (ins[1].shape, ins[1].dtype) != (out.shape, out.dtype):
+        raise _err(graph, node, f"skip operand {ins[1]} must have the convolution's shape and "
+                   f"type, {out}")
+    _check_requant(graph, node, out.dtype, None, "add_shift")
+    return [out]
 
 
 def _broadcast(graph: Graph, node: Node, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -462,6 +473,7 @@ _I, _R, _C, _O = (OpPattern.INJECTIVE, OpPattern.REDUCTION, OpPattern.COMPLEX_OU
 #: Every operator, by name.
 OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("conv2d", _C, 1, _infer_conv2d),
+    OpDef("conv2d_add", _C, 2, _infer_conv2d_add),
     OpDef("dense", _C, 1, _infer_dense),
     OpDef("batch_matmul", _C, 2, _infer_batch_matmul),
     OpDef("add", _I, 2, _infer_add),

@@ -197,6 +197,15 @@ def _batch_matmul(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarra
     return _float_tail(acc, node, None, -1)
 
 
+def _conv2d_add(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
+    """conv2d of ``args[0]`` (int8 after its requantisation), then the residual add of the
+    skip ``args[1]`` with ``add_shift`` and ``add_relu``."""
+    x, skip = args
+    t = _conv2d(node, [x], graph)
+    add = {"shift": node.attrs.get("add_shift", 0), "relu": node.attrs.get("add_relu", False)}
+    return _requant(t.astype(np.int64) + skip.astype(np.int64), add, None, 0)
+
+
 def _add(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     a, b = args
     if _is_int(a):
@@ -314,7 +323,8 @@ def _constant(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
 _Kernel = Callable[[Node, list[np.ndarray], Graph], np.ndarray]
 
 _KERNELS: dict[str, _Kernel] = {
-    "conv2d": _conv2d, "dense": _dense, "batch_matmul": _batch_matmul, "relu": _relu,
+    "conv2d": _conv2d, "conv2d_add": _conv2d_add, "dense": _dense,
+    "batch_matmul": _batch_matmul, "relu": _relu,
     "flatten": _flatten,
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "global_avg_pool": _global_avg_pool,
     "batch_norm": _batch_norm, "quantize": _quantize, "dequantize": _dequantize,

@@ -126,6 +126,12 @@ class AccelOp:
         ``unpack(out_region, physical, logical, cfg) -> array``: the output's logical values
         (in any shape of its size) from the program's ``out`` region, where ``physical``
         pads; None: the region is the output in its blocked layout.
+    layers
+        ``layers(workload) -> [(MACs, bytes), ...]``: for an operator that runs several of
+        the network's layers fused (conv2d_add: a conv2d and a residual add), each layer's
+        MACs and compulsory bytes; the roofline bound is the sum of theirs, so that fusing
+        leaves a network's bound as ROOFLINE.md defines it. None: one layer, ``macs`` and
+        ``dram_bytes``.
     """
 
     op: str
@@ -144,9 +150,13 @@ class AccelOp:
     output_image: bool = True
     physical: Callable[[Any, HwConfig], Any] = lambda workload, cfg: workload
     unpack: Callable[[np.ndarray, Any, Any, HwConfig], np.ndarray] | None = None
+    layers: Callable[[Any], list[tuple[int, int]]] | None = None
 
     def bound(self, workload: Any, cfg: HwConfig) -> float:
-        """The roofline bound of ``workload`` on ``cfg`` in cycles (:func:`roofline_bound`)."""
+        """The roofline bound of ``workload`` on ``cfg`` in cycles (:func:`roofline_bound`;
+        summed over the network's layers it runs, where it fuses several)."""
+        if self.layers is not None:
+            return sum(roofline_bound(m, b, cfg) for m, b in self.layers(workload))
         return roofline_bound(self.macs(workload), self.dram_bytes(workload), cfg)
 
     def program(self, workload: Any, cfg: HwConfig, knobs: Any) -> Any:

@@ -19,10 +19,11 @@ from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.ops.requant import requantize_stages, schedule_requant
-from compiler.schedule import Pragma, Schedule, create_schedule
-from compiler.te import Tensor, compute, if_then_else, placeholder, reduce_axis, sum
+from compiler.schedule import Pragma, Schedule, Stage, create_schedule
+from compiler.te import IterVar, Tensor, compute, if_then_else, placeholder, reduce_axis, sum
 
-__all__ = ["TILE_ORDERS", "Conv2dKnobs", "Conv2dWorkload", "conv2d_compute", "conv2d_schedule"]
+__all__ = ["TILE_ORDERS", "Conv2dKnobs", "Conv2dWorkload", "check_conv2d_knobs",
+           "conv2d_accumulate", "conv2d_compute", "conv2d_schedule", "schedule_conv2d_tiles"]
 
 TILE_ORDERS: tuple[str, ...] = ("rows", "columns")
 """Values of the ``tile_order`` knob, by index: which of the output-tile loops over rows
@@ -143,6 +144,15 @@ class Conv2dKnobs:
 
 def conv2d_compute(wl: Conv2dWorkload, cfg: HwConfig) -> dict[str, Tensor]:
     """The tensor expressions of ``wl`` on ``cfg``'s blocked layouts, by name."""
+    tensors = conv2d_accumulate(wl, cfg)
+    tensors.update(requantize_stages(tensors["conv"], tensors.get("bias"), wl.shift, wl.relu,
+                                     channel_axis=1))
+    return tensors
+
+
+def conv2d_accumulate(wl: Conv2dWorkload, cfg: HwConfig) -> dict[str, Tensor]:
+    """The inputs (``data``, ``kernel``, ``bias`` where there is one) and the int32 sum
+    ``conv`` of ``wl``, before requantisation, by name."""
     nb, cib, cob = wl.blocks(cfg)
     b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     h, w, ph, pw = wl.height, wl.width, wl.pad_h, wl.pad_w
@@ -169,10 +179,8 @@ def conv2d_compute(wl: Conv2dWorkload, cfg: HwConfig) -> dict[str, Tensor]:
         "conv",
     )
     tensors = {"data": data, "kernel": kernel, "pad": pad, "conv": conv}
-    bias = placeholder((cob, b, bo), "int32", "bias") if wl.bias else None
-    if bias is not None:
-        tensors["bias"] = bias
-    tensors.update(requantize_stages(conv, bias, wl.shift, wl.relu, channel_axis=1))
+    if wl.bias:
+        tensors["bias"] = placeholder((cob, b, bo), "int32", "bias")
     return tensors
 
 
@@ -197,6 +205,16 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
     LoweringError
         Knobs that do not divide the layer's dimensions, or an unknown tile order.
     """
+    check_conv2d_knobs(wl, knobs, cfg)
+    s = create_schedule(conv2d_compute(wl, cfg)["out"])
+    so, attach = schedule_conv2d_tiles(s, wl, knobs, cfg)
+    schedule_requant(s, so, attach, bias_name="bias" if wl.bias else None)
+    return s
+
+
+def check_conv2d_knobs(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> None:
+    """Raise LoweringError unless ``knobs`` divide ``wl``'s dimensions on ``cfg`` and name a
+    tile order of :data:`TILE_ORDERS`."""
     nb, cib, cob = wl.blocks(cfg)
     _check_divides("tile_b", knobs.tile_b, nb, "batch blocks")
     _check_divides("tile_ci", knobs.tile_ci, cib, "input channel blocks")
@@ -209,8 +227,16 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
         raise LoweringError(
             f"knob tile_order = {knobs.tile_order} is not one of "
             + ", ".join(f"{i} ({name})" for i, name in enumerate(TILE_ORDERS)))
-    t = conv2d_compute(wl, cfg)
-    s = create_schedule(t["out"])
+
+
+def schedule_conv2d_tiles(s: Schedule, wl: Conv2dWorkload, knobs: Conv2dKnobs,
+                          cfg: HwConfig) -> tuple[Stage, IterVar]:
+    """:func:`conv2d_schedule` up to the requantisation: tile ``s``'s ``out`` stage, cache the
+    padded data and the kernel into inp and wgt, accumulate ``conv`` in acc with GEMM.
+
+    Returns the output stage and the loop (the virtual-thread one) at which every acc stage
+    of an output tile is computed.
+    """
     out, conv = s.tensor("out"), s.tensor("conv")
     s[s.tensor("pad")].compute_inline()
     cdata = s.cache_read(s.tensor("pad"), "inp", [conv])
@@ -245,8 +271,7 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
         st = s[cache]
         st.compute_at(sc, ic_o)
         st.pragma(st.leaf_iter_vars[0], Pragma.DMA_COPY)
-    schedule_requant(s, so, attach, bias_name="bias" if wl.bias else None)
-    return s
+    return so, attach
 
 
 def _check_divides(knob: str, value: int, total: int, what: str) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,13 +36,14 @@ from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.ops.compiled import CompiledOp, compile_cached
 from compiler.ops.requant import requantize_stages, schedule_requant
-from compiler.schedule import Pragma, Schedule, create_schedule
-from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
+from compiler.schedule import Pragma, Schedule, Stage, create_schedule
+from compiler.te import IterVar, Tensor, compute, placeholder, reduce_axis, sum
 from compiler.tune.space import KnobSpace
 
-__all__ = ["AddKnobs", "AddWorkload", "add_compute", "add_schedule", "add_space",
-           "check_add_config", "compile_add", "default_add_knobs", "fits_add", "identity_tile",
-           "pack_add_args"]
+__all__ = ["AddKnobs", "AddWorkload", "add_compute", "add_schedule", "add_second",
+           "add_space", "check_add_config", "compile_add", "default_add_knobs", "fits_add",
+           "identity_gemm", "identity_tile", "pack_add_args", "schedule_alu",
+           "schedule_identity_gemm"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -166,25 +168,9 @@ def add_compute(wl: AddWorkload, cfg: HwConfig) -> dict[str, Tensor]:
     a = placeholder(shape, "int8", "a")
     bt = placeholder(shape, "int8", "b")
     ident = placeholder((1, 1, blk, blk), "int8", "ident")
-    # Each GEMM stage reduces over an outer axis of extent 1 (the reset goes before it and
-    # the inp copy is computed at it, as conv2d's are at its input-channel chunk) and the
-    # channels inside the block (the intrinsic's own reduction).
-    ra, ka = reduce_axis(1, "ra"), reduce_axis(blk, "ka")
-    ga = compute(
-        shape,
-        lambda n, c, y, x, bb, o: sum(a[n, c, y, x, bb, ka].astype("int32")
-                                      * ident[0, 0, o, ka].astype("int32"), axis=[ra, ka]),
-        "ga",
-    )
-    rb, kb = reduce_axis(1, "rb"), reduce_axis(blk, "kb")
-    gb = compute(
-        (1, *shape),
-        lambda s, n, c, y, x, bb, o: sum(bt[n, c, y, x, bb, kb].astype("int32")
-                                         * ident[0, 0, o, kb].astype("int32"), axis=[rb, kb]),
-        "gb",
-    )
-    names = [ax.name.split(".")[-1] for ax in ga.op.axis]  # type: ignore[union-attr]
-    total = compute(shape, lambda *i: ga[i] + gb[(0, *i)], "sum", axis_names=names)
+    ga = identity_gemm(a, ident, "ga", lead=False)
+    gb = identity_gemm(bt, ident, "gb", lead=True)
+    total = add_second(ga, gb, "sum")
     tensors = {"a": a, "b": bt, "ident": ident, "ga": ga, "gb": gb, "sum": total}
     tensors.update(requantize_stages(total, None, wl.shift, wl.relu, channel_axis=1))
     return tensors
@@ -229,21 +215,61 @@ def add_schedule(wl: AddWorkload, knobs: AddKnobs, cfg: HwConfig) -> Schedule:
     st.compute_at(so, n_o)  # the identity tile is loaded once per batch block
     st.pragma(st.leaf_iter_vars[0], Pragma.DMA_COPY)
     for gemm, cache in ((ga, ca), (gb, cb)):
-        sg = s[gemm]
-        sg.set_scope("acc")
-        sg.compute_at(so, attach)
-        r, k = sg.op.reduce_axis
-        sg.reorder(r, *sg.op.axis, k)
-        sg.tensorize(sg.op.axis[-2], gemm_intrinsic(cfg))
-        sc = s[cache]
-        sc.compute_at(sg, r)
-        sc.pragma(sc.leaf_iter_vars[0], Pragma.DMA_COPY)
-    sa = s[total]
-    sa.set_scope("acc")
-    sa.compute_at(so, attach)
-    sa.pragma(sa.leaf_iter_vars[0], Pragma.ALU)
+        schedule_identity_gemm(s, gemm, cache, so, attach, cfg)
+    schedule_alu(s[total], so, attach)
     schedule_requant(s, so, attach, bias_name=None)
     return s
+
+
+def identity_gemm(x: Tensor, ident: Tensor, name: str, lead: bool) -> Tensor:
+    """``x . ident^T`` into int32: the int8 tensor ``x`` (``(..., b, c)``) copied into acc by
+    a GEMM against the identity weight tile ``ident`` (``(1, 1, c, c)``).
+
+    The stage reduces over an outer axis of extent 1 (the reset goes before it and the inp copy
+    is computed at it, as conv2d's are at its input-channel chunk) and the channels inside the
+    block (the intrinsic's own reduction). With ``lead`` it carries a leading axis of extent 1
+    (see the module docstring: the in-place pass then keeps the other operand's accumulators).
+    """
+    blk = ident.shape[-1]
+    r, k = reduce_axis(1, f"r{name}"), reduce_axis(blk, f"k{name}")
+    names = ["n", "c", "y", "x", "bb", "o"][-len(x.shape):]
+
+    def body(*i: Any) -> Any:
+        return sum(x[(*i[:-1], k)].astype("int32") * ident[0, 0, i[-1], k].astype("int32"),
+                   axis=[r, k])
+
+    if lead:
+        return compute((1, *x.shape), lambda s, *i: body(*i), name, axis_names=["s", *names])
+    return compute(x.shape, body, name, axis_names=names)
+
+
+def add_second(acc: Tensor, lead: Tensor, name: str) -> Tensor:
+    """``acc + lead[0]``: the ALU ADD of a leading-axis operand (:func:`identity_gemm`) into
+    ``acc``'s shape, with ``acc``'s axis names."""
+    names = [ax.name.split(".")[-1] for ax in acc.op.axis]  # type: ignore[union-attr]
+    return compute(acc.shape, lambda *i: acc[i] + lead[(0, *i)], name, axis_names=names)
+
+
+def schedule_identity_gemm(s: Schedule, gemm: Tensor, cache: Tensor, out_stage: Stage,
+                           attach: IterVar, cfg: HwConfig) -> None:
+    """Run ``gemm`` (:func:`identity_gemm`) in acc at ``attach`` of ``out_stage``, tensorized,
+    with its inp copy ``cache`` computed at the extent-1 reduction."""
+    sg = s[gemm]
+    sg.set_scope("acc")
+    sg.compute_at(out_stage, attach)
+    r, k = sg.op.reduce_axis
+    sg.reorder(r, *sg.op.axis, k)
+    sg.tensorize(sg.op.axis[-2], gemm_intrinsic(cfg))
+    sc = s[cache]
+    sc.compute_at(sg, r)
+    sc.pragma(sc.leaf_iter_vars[0], Pragma.DMA_COPY)
+
+
+def schedule_alu(stage: Stage, out_stage: Stage, attach: IterVar) -> None:
+    """Run the elementwise ``stage`` in acc at ``attach`` of ``out_stage``, as ALU ops."""
+    stage.set_scope("acc")
+    stage.compute_at(out_stage, attach)
+    stage.pragma(stage.leaf_iter_vars[0], Pragma.ALU)
 
 
 def add_candidates(wl: AddWorkload, cfg: HwConfig) -> list[AddKnobs]:

@@ -4,7 +4,8 @@ The partitioner (:func:`compiler.graph.passes.partition.default_supports`), the 
 the runtime (:class:`runtime.executable.Executable`) and the tuner
 (:func:`compiler.tune.task.make_task`) look operators up here and read their entries; none of
 them names an operator. The built-in entries are conv2d, dense (the matmul schedule), the
-residual add and batch_matmul (:mod:`compiler.ops.batch_matmul`); an operator of its own
+residual add, conv2d with the residual add in its epilogue (:mod:`compiler.ops.residual`)
+and batch_matmul (:mod:`compiler.ops.batch_matmul`); an operator of its own
 module joins with one line in :data:`_BUILTIN`, or at run time with
 :func:`register_accel_op` (tests register one that way).
 """
@@ -41,10 +42,16 @@ from compiler.ops.matmul import (
     matmul_fits,
     matmul_schedule,
 )
+from compiler.ops.residual import (
+    Conv2dAddWorkload,
+    conv2d_add_schedule,
+    conv2d_add_space,
+    default_conv2d_add_knobs,
+)
 from compiler.tune.space import conv2d_space, matmul_space
 
-__all__ = ["ADD", "BATCH_MATMUL", "CONV2D", "DENSE", "accel_op", "accel_op_for", "accel_ops",
-           "register_accel_op"]
+__all__ = ["ADD", "BATCH_MATMUL", "CONV2D", "CONV2D_ADD", "DENSE", "accel_op", "accel_op_for",
+           "accel_ops", "register_accel_op"]
 
 
 # ---------------------------------------------------------------------- helpers
@@ -98,6 +105,36 @@ CONV2D = AccelOp(
     schedule=conv2d_schedule, default_knobs=default_conv2d_knobs, space=conv2d_space,
     inputs=(Operand("data", Block.IN),), constants=_conv2d_constants,
     macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes,
+)
+
+
+# ---------------------------------------------------------------------- conv2d + residual add
+def _conv2d_add_workload(node: Node, graph: Graph) -> Conv2dAddWorkload:
+    return Conv2dAddWorkload(_conv2d_workload(node, graph), int(node.attrs.get("add_shift", 0)),
+                             bool(node.attrs.get("add_relu", False)))
+
+
+def _conv2d_add_constants(wl: Conv2dAddWorkload, node: Node, graph: Graph,
+                          cfg: HwConfig) -> dict[str, np.ndarray]:
+    return {**_conv2d_constants(wl.conv, node, graph, cfg), "ident": identity_tile(cfg)}
+
+
+def _conv2d_add_supports(wl: Conv2dAddWorkload, cfg: HwConfig) -> bool:
+    try:
+        default_conv2d_add_knobs(wl, cfg)
+    except LoweringError:  # block_in != block_out, or the epilogue's buffers do not fit
+        return False
+    return True
+
+
+CONV2D_ADD = AccelOp(
+    op="conv2d_add", kind="conv2d_add", workload_type=Conv2dAddWorkload,
+    knobs_type=Conv2dKnobs, workload=_conv2d_add_workload, supports=_conv2d_add_supports,
+    schedule=conv2d_add_schedule, default_knobs=default_conv2d_add_knobs,
+    space=conv2d_add_space,
+    inputs=(Operand("data", Block.IN), Operand("skip", Block.OUT)),
+    constants=_conv2d_add_constants, macs=lambda wl: wl.macs,
+    dram_bytes=lambda wl: wl.dram_bytes, layers=lambda wl: wl.layers(),
 )
 
 
@@ -172,7 +209,7 @@ ADD = AccelOp(
 
 
 # ---------------------------------------------------------------------- the table
-_BUILTIN: tuple[AccelOp, ...] = (CONV2D, DENSE, ADD, BATCH_MATMUL)
+_BUILTIN: tuple[AccelOp, ...] = (CONV2D, CONV2D_ADD, DENSE, ADD, BATCH_MATMUL)
 _REGISTRY: dict[str, AccelOp] = {entry.op: entry for entry in _BUILTIN}
 
 

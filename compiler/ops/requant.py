@@ -12,6 +12,9 @@ operation in place on the accumulators:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from compiler.schedule import Pragma, Schedule, Stage
 from compiler.te import IterVar, Tensor, compute, max_expr, min_expr
 
@@ -21,44 +24,45 @@ ALU_STAGES = ("bias_add", "shr", "clip_hi", "clip_lo")
 
 
 def requantize_stages(acc: Tensor, bias: Tensor | None, shift: int, relu: bool,
-                      channel_axis: int) -> dict[str, Tensor]:
+                      channel_axis: int, prefix: str = "") -> dict[str, Tensor]:
     """The stages after ``acc`` (a ``(..., b, o)`` int32 tensor), ending in ``out`` (int8).
 
     ``bias`` is ``(O/o, b, o)``, indexed by ``acc``'s ``channel_axis`` and its tile axes.
+    ``prefix`` goes before every stage's name (and key), for an operator that runs two chains
+    (:mod:`compiler.ops.residual`).
     """
     shape = acc.shape
     names = [a.name.split(".")[-1] for a in acc.op.axis]  # type: ignore[union-attr]
     t = acc
     out: dict[str, Tensor] = {}
+
+    def stage(name: str, fn: Callable[..., Any], dtype: str | None = None) -> Tensor:
+        out[prefix + name] = compute(shape, fn, prefix + name, dtype=dtype, axis_names=names)
+        return out[prefix + name]
+
     if bias is not None:
         prev = t
-        t = compute(shape, lambda *i: prev[i] + bias[i[channel_axis], i[-2], i[-1]],
-                    "bias_add", axis_names=names)
-        out["bias_add"] = t
+        t = stage("bias_add", lambda *i: prev[i] + bias[i[channel_axis], i[-2], i[-1]])
     if shift:
         prev_s = t
-        t = compute(shape, lambda *i: prev_s[i] >> shift, "shr", axis_names=names)
-        out["shr"] = t
+        t = stage("shr", lambda *i: prev_s[i] >> shift)
     prev_hi = t
-    t = compute(shape, lambda *i: min_expr(prev_hi[i], 127), "clip_hi", axis_names=names)
-    out["clip_hi"] = t
+    t = stage("clip_hi", lambda *i: min_expr(prev_hi[i], 127))
     prev_lo = t
     low = 0 if relu else -128
-    t = compute(shape, lambda *i: max_expr(prev_lo[i], low), "clip_lo", axis_names=names)
-    out["clip_lo"] = t
-    final = t
-    out["out"] = compute(shape, lambda *i: final[i].astype("int8"), "out", dtype="int8",
-                         axis_names=names)
+    final = stage("clip_lo", lambda *i: max_expr(prev_lo[i], low))
+    stage("out", lambda *i: final[i].astype("int8"), dtype="int8")
     return out
 
 
 def schedule_requant(s: Schedule, out_stage: Stage, attach: IterVar,
-                     bias_name: str | None) -> None:
-    """Compute every requantisation stage in acc at ``attach`` of ``out_stage``, as ALU ops."""
+                     bias_name: str | None, prefix: str = "") -> None:
+    """Compute every requantisation stage (named with ``prefix``, as
+    :func:`requantize_stages` made them) in acc at ``attach`` of ``out_stage``, as ALU ops."""
     names = [t.name for t in (st.tensor for st in s.stages)]
-    stages = [s[s.tensor(n)] for n in ALU_STAGES if n in names]
+    stages = [s[s.tensor(prefix + n)] for n in ALU_STAGES if prefix + n in names]
     if bias_name is not None:
-        cbias = s.cache_read(s.tensor(bias_name), "acc", [s.tensor("bias_add")])
+        cbias = s.cache_read(s.tensor(bias_name), "acc", [s.tensor(prefix + "bias_add")])
         st = s[cbias]
         st.compute_at(out_stage, attach)
         st.pragma(st.leaf_iter_vars[0], Pragma.DMA_COPY)

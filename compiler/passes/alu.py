@@ -47,8 +47,8 @@ from compiler.tir import (
     stmts,
 )
 
-__all__ = ["BiasInit", "bias_init_cycles", "inject_alu", "inplace_acc", "load_bias",
-           "reset_bias", "store_requant"]
+__all__ = ["BiasInit", "accumulate_add", "bias_init_cycles", "inject_alu", "inplace_acc",
+           "load_bias", "reset_bias", "store_requant"]
 
 _ALU_OPS = {"+": AluOp.ADD, ">>": AluOp.SHR, "min": AluOp.MIN, "max": AluOp.MAX,
             "*": AluOp.MUL}
@@ -188,6 +188,71 @@ def _lower_alu(loop: For, cfg: HwConfig) -> Stmt:
     return wrap_loops(loops[:-2], alu)
 
 
+def accumulate_add(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
+    """An ALU ADD ``a += b`` of an acc buffer ``b`` that only GEMMs fill (from a reset) becomes
+    those GEMMs accumulating into ``a``: the reset, the ADD and ``b`` go::
+
+        for t:  gemm_reset b@t                        (gemms into conv, ...)
+        for t:  gemm b@t += skip.inp@t . ident.wgt@0   ->   for t:  gemm conv@t += skip.inp@t
+        for t:  alu_add conv@t, b@t                                        . ident.wgt@0
+
+    This is how the residual add (:mod:`compiler.ops.eltwise`) and the fused conv2d_add
+    (:mod:`compiler.ops.residual`) bring an int8 operand into the sum: a GEMM against the
+    identity tile. Bit-exact: int32 additions wrap, in any order. Matched on the IR: in one
+    statement list, a reset nest over every tile of ``b``, then statements that touch ``b``
+    only by GEMMs accumulating into it and do not touch ``a``, then an ADD nest over every tile
+    of ``a`` adding ``b`` at the same tile index, with nothing after it touching ``b``, and
+    ``a`` and ``b`` of as many tiles. Elsewhere the IR is unchanged."""
+    folded: set[Buffer] = set()
+    return _rewrite_lists(func, lambda body: _accumulate_adds(body, folded), folded)
+
+
+def _rewrite_lists(func: PrimFunc, fn: Callable[[list[Stmt]], list[Stmt]],
+                   dropped: set[Buffer]) -> PrimFunc:
+    """``func`` with ``fn`` applied to every statement list, and the allocations of the
+    buffers ``fn`` put in ``dropped`` removed where nothing touches them any more; ``func``
+    itself when ``fn`` dropped none."""
+    def rewrite(s: Stmt) -> Stmt | None:
+        if isinstance(s, Seq):
+            return Seq(fn(s.body))
+        if isinstance(s, Allocate) and s.buffer in dropped and not _touches(s.body, s.buffer):
+            return s.body
+        return None
+
+    body = map_stmts(func.body, rewrite)
+    return func.with_body(body) if dropped else func
+
+
+def _accumulate_adds(body: list[Stmt], folded: set[Buffer]) -> list[Stmt]:
+    out = list(body)
+    i = 0
+    while i < len(out):
+        add = _alu_nest(out[i])
+        if add is None or add.op is not AluOp.ADD or add.src is None \
+                or add.src.buffer is add.dst.buffer or not _covers(out[i], add.dst.buffer):
+            i += 1
+            continue
+        a, b = add.dst.buffer, add.src.buffer
+        r = _reset_before(out, i, b)
+        if r is None or not _covers(out[r], b) or a.n_tiles != b.n_tiles \
+                or any(_touches(s, a) for s in out[r + 1:i]) \
+                or any(_touches(s, b) for s in out[i + 1:]) \
+                or not _same_index(add.dst.index, add.src.index):
+            i += 1
+            continue
+        out = [*out[:r], *(_rename(s, b, a) for s in out[r + 1:i]), *out[i + 1:]]
+        folded.add(b)
+        i = r
+    return out
+
+
+def _same_index(x: Expr, y: Expr) -> bool:
+    try:
+        return to_affine(x) == to_affine(y)
+    except NotAffine:
+        return False
+
+
 def reset_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
     """With a GEMM that resets from the acc buffer (``gemm.reset_from_acc``): the bias, added by
     an ALU ADD after the accumulation, instead starts it. The bias's LOAD ACC moves ahead of
@@ -322,15 +387,7 @@ def load_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
         loaded.add(m.bias)
         return m.rewritten(body, [start])
 
-    def rewrite(s: Stmt) -> Stmt | None:
-        if isinstance(s, Seq):
-            return Seq(_fold_bias_adds(s.body, fold))
-        if isinstance(s, Allocate) and s.buffer in loaded and not _touches(s.body, s.buffer):
-            return s.body
-        return None
-
-    body = map_stmts(func.body, rewrite)
-    return func.with_body(body) if loaded else func
+    return _rewrite_lists(func, lambda body: _fold_bias_adds(body, fold), loaded)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,10 @@ Across iterations of a loop, a buffer that the next iteration's producer overwri
 iteration's consumer may still read it gets a "buffer free" token going back up the pipeline:
 the consumer pushes it unless this is the very last iteration, the producer pops it unless this
 is the very first (counted over every enclosing serial loop, so it also links the last channel
-chunk of one output tile to the first of the next). At the end, compute waits for the last
-store before FINISH.
+chunk of one output tile to the first of the next). Where several statements of one loop body
+carry such tokens on one queue and one runs several iterations per iteration of the body, they
+are joined into one chain (:func:`_chain`). At the end, compute waits for the last store
+before FINISH.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from compiler.tir import (
     Seq,
     Stmt,
     UopLoop,
+    map_stmts,
     stmts,
 )
 
@@ -222,6 +225,9 @@ def _pairs_before(access: list[_Access], j: int) -> set[tuple[Module, Module]]:
 def _loop_carried(body: Stmt, loops: list[tuple[Var, int]], where: str) -> Stmt:
     """Back-edge tokens: statement i of one iteration before statement j <= i of the next."""
     items, _allocs = _descend(body)
+    chained = _chain(items)
+    if chained != items:
+        body, items = _redescend(body, chained), chained
     access = [_access(s) for s in items]
     pushes: dict[int, list[DepPush]] = {}
     pops: dict[int, list[DepPop]] = {}
@@ -245,6 +251,66 @@ def _loop_carried(body: Stmt, loops: list[tuple[Var, int]], where: str) -> Stmt:
         out.append(s)
         out.extend(pushes.get(k, []))
     return _redescend(body, out)
+
+
+def _chain(items: list[Stmt]) -> list[Stmt]:
+    """Join the back-edge tokens that several statements of one loop body carry on one queue
+    into a single chain, where their own would pair wrongly.
+
+    Each inner loop's back-edge tokens are guarded by the count over every enclosing loop: its
+    consumer pushes unless this is the very last iteration, its producer pops unless it is the
+    very first. A token queue only counts, so the k-th pop takes the k-th push. When two
+    statements of a body carry such tokens on one queue and one of them runs more than one
+    iteration per iteration of the body (a convolution's input-channel chunks, then the
+    residual skip's one copy), the first chunk of the next output tile would take the token
+    the skip's consumer pushed, and overwrite data a chunk still reads. Chained, every
+    statement but the first pops before its first iteration and every one but the last pushes
+    after its last, so each producer waits for the consumer of the use just before it in
+    program order, at or after the previous use of its own buffer. Bodies whose statements
+    carry one use each per iteration (two buffers alternating, as the add's) keep their own
+    tokens, which pair exactly.
+    """
+    out = list(items)
+    for queue in TokenQueue:
+        users = [k for k, s in enumerate(out) if _guarded(s, queue)]
+        if len(users) < 2 or all(_uses_per_run(out[k], queue) == 1 for k in users):
+            continue
+        for k in users[1:]:
+            out[k] = _unguard(out[k], DepPop, queue)
+        for k in users[:-1]:
+            out[k] = _unguard(out[k], DepPush, queue)
+    return out
+
+
+def _guarded(s: Stmt, queue: TokenQueue) -> bool:
+    """Does ``s`` hold a back-edge (guarded) token statement on ``queue``?"""
+    return any(isinstance(n, (DepPush, DepPop)) and n.queue is queue and n.cond is not None
+               for n in stmts(s))
+
+
+def _uses_per_run(s: Stmt, queue: TokenQueue) -> int:
+    """How many times the guarded pops on ``queue`` in ``s`` run per run of ``s`` (the
+    product of the extents of the loops around them, guards aside); 0 without any."""
+    if isinstance(s, DepPop):
+        return int(s.queue is queue and s.cond is not None)
+    if isinstance(s, For):
+        inner = _uses_per_run(s.body, queue)
+        return inner if s.kind is ForKind.VTHREAD else s.extent * inner
+    if isinstance(s, Allocate):
+        return _uses_per_run(s.body, queue)
+    if isinstance(s, Seq):
+        return sum(_uses_per_run(x, queue) for x in s.body)
+    return 0
+
+
+def _unguard(s: Stmt, kind: type[DepPush] | type[DepPop], queue: TokenQueue) -> Stmt:
+    """``s`` with its guarded ``kind`` token statements on ``queue`` made unconditional."""
+    def fn(n: Stmt) -> Stmt | None:
+        if isinstance(n, kind) and n.queue is queue and n.cond is not None:
+            return kind(n.module, n.queue)
+        return None
+
+    return map_stmts(s, fn)
 
 
 def _descend(node: Stmt) -> tuple[list[Stmt], list[Stmt]]:

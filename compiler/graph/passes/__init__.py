@@ -10,6 +10,7 @@ fold_batch_norm     fold a float batch_norm after a conv2d / dense into its weig
 quantize            float -> int8 with power-of-two scales calibrated on sample inputs
 fuse                merge relu into conv2d / dense / add; report groups in attrs["fusion"]
 partition           attrs["target"] = "accel" / "cpu" from a ``supports`` callable
+fuse_residual       a residual add into the conv2d producing an operand (conv2d_add)
 fold_conv_windows   gather a small-channel accelerator conv2d's window into its channels
 pack_layout         blocked layouts between accelerator nodes, transforms at boundaries
 plan_memory         static DRAM offsets by liveness, attrs["memory_plan"]
@@ -30,6 +31,7 @@ from compiler.graph.passes.match import match_patterns
 from compiler.graph.passes.memory import plan_memory
 from compiler.graph.passes.partition import Supports, default_supports, partition
 from compiler.graph.passes.quantize import Calibration, quantize
+from compiler.graph.passes.residual import fuse_residual
 from compiler.graph.passes.window import fold_conv_windows
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "fold_constants",
     "fold_conv_windows",
     "fuse",
+    "fuse_residual",
     "match_patterns",
     "optimize",
     "pack_layout",
@@ -50,9 +53,10 @@ __all__ = [
 ]
 
 #: Every pass, in pipeline order; ``PASSES[i].__name__`` is its name. quantize, partition,
-#: fold_conv_windows and pack_layout take a second argument (calibration, supports, cfg).
+#: fuse_residual, fold_conv_windows and pack_layout take a second argument (calibration,
+#: supports, cfg, cfg, cfg).
 PASSES: tuple[Callable[..., Graph], ...] = (
-    fold_constants, match_patterns, fold_batch_norm, quantize, fuse, partition,
+    fold_constants, match_patterns, fold_batch_norm, quantize, fuse, partition, fuse_residual,
     fold_conv_windows, pack_layout, plan_memory,
 )
 
@@ -61,7 +65,8 @@ def optimize(graph: Graph, cfg: HwConfig, supports: Supports | None = None,
              calibration: Calibration | None = None) -> Graph:
     """Run the pass pipeline: fold constants, match decomposed patterns, fold batch norms,
     quantize (graphs whose accelerator operators are still float),
-    fuse, partition, fold small-channel convolutions' windows, pack layouts, plan memory.
+    fuse, partition, fuse residual adds, fold small-channel convolutions' windows, pack
+    layouts, plan memory.
 
     Parameters
     ----------
@@ -94,7 +99,7 @@ def optimize(graph: Graph, cfg: HwConfig, supports: Supports | None = None,
         g = quantize(g, calibration)
     g = fuse(g)
     g = partition(g, supports if supports is not None else default_supports(cfg))
-    g = fold_conv_windows(g, cfg)
+    g = fold_conv_windows(fuse_residual(g, cfg), cfg)
     g = plan_memory(pack_layout(g, cfg))
     g.verify()
     return g
