@@ -15,10 +15,10 @@ the three agree by construction where the arithmetic is the same:
   the cast to float32 the two agree within one float32 ulp. Results below float32's smallest
   normal become a zero of their sign on both (the GPU's conversion flushes subnormals).
 
-``erf`` (and ``erfc``, in ``gelu``) on numpy evaluates :func:`math.erf` once per distinct input
-value (a dequantised int8 tensor has at most 256 of them); on CuPy it is
-``cupyx.scipy.special.erf``. ``gelu`` is written without the cancellation of ``1 + erf(z)`` for
-negative inputs, so the agreement holds in its tail too.
+``erf`` (and ``erfc``, in ``gelu``) on numpy evaluates :func:`math.erf` (:func:`math.erfc`)
+once per distinct input value (a dequantised int8 tensor has at most 256 of them); on CuPy it
+is ``cupyx.scipy.special.erf`` (``erfc``). ``gelu`` is written without the cancellation of
+``1 + erf(z)`` for negative inputs, so the agreement holds in its tail too.
 """
 
 from __future__ import annotations

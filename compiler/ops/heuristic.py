@@ -297,7 +297,8 @@ def knob_candidates(wl: Conv2dWorkload, cfg: HwConfig) -> list[Conv2dKnobs]:
 
 @functools.lru_cache(maxsize=256)
 def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
-    """The candidate with the lowest estimated cycles.
+    """The candidate with the lowest estimated cycles (of those within ``NEAR_TIE`` of it,
+    the one that moves the fewest DRAM bytes).
 
     Raises
     ------
@@ -325,9 +326,10 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
     # cannot tell such candidates apart, and the copies it undercounts are DRAM contention.
     priced: list[tuple[float, int, int, int, Conv2dKnobs]] = []
     best = float("inf")
-    for plan, k in sorted(((_plan(wl, k, cfg), k) for k in cands),
-                          key=lambda pk: pk[0].floor()):
-        if plan.floor() > best * (1 + NEAR_TIE):
+    plans = [(plan.floor(), i, plan, k)
+             for i, (plan, k) in enumerate((_plan(wl, k, cfg), k) for k in cands)]
+    for floor, _, plan, k in sorted(plans, key=lambda p: p[:2]):
+        if floor > best * (1 + NEAR_TIE):
             break
         cycles = plan.cycles()
         best = min(best, cycles)
