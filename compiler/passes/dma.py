@@ -18,7 +18,10 @@ After::
 Dimensions that DRAM stores contiguously (the inner ones copied whole) merge into the x axis,
 so a full weight block is one long row; the next outer dimension is y; the rest stay loops.
 Padding is computed per copy from the tensor's bounds (``select`` in the source marks where it
-is allowed), so border tiles get pads and inner tiles none.
+is allowed), so border tiles get pads and inner tiles none. A loop of extent 1 around a copy
+contributes 0 to its DRAM indices, so a tile as wide as the tensor counts as copied whole (a
+full-width output tile of every output-channel block of a tile is one STORE, rows x channel
+blocks, not one per block).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from compiler.arith import Affine, NotAffine, to_affine
 from compiler.errors import LoweringError
 from compiler.passes.common import perfect_nest
 from compiler.schedule import Pragma
-from compiler.te import BinOp, Cast, Expr, IntImm, Select, Var
+from compiler.te import BinOp, Cast, Expr, IntImm, Select, Var, substitute
 from compiler.tir import (
     BufferLoad,
     DmaCopy,
@@ -40,6 +43,7 @@ from compiler.tir import (
     TileRef,
     map_stmts,
     simplify,
+    stmts,
 )
 
 __all__ = ["inject_dma"]
@@ -50,9 +54,12 @@ _SCOPE_MEM = {"inp": MemType.INP, "wgt": MemType.WGT, "acc": MemType.ACC}
 def inject_dma(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
     """Replace every ``DMA_COPY`` nest with :class:`~compiler.tir.DmaCopy` statements."""
 
+    unit: dict[Var, Expr] = {s.var: IntImm(0) for s in stmts(func.body)
+                             if isinstance(s, For) and s.extent == 1}
+
     def rewrite(s: Stmt) -> Stmt | None:
         if isinstance(s, For) and s.pragma is Pragma.DMA_COPY:
-            return _lower_copy(s)
+            return _lower_copy(s, unit)
         return None
 
     return func.with_body(map_stmts(func.body, rewrite))
@@ -78,7 +85,7 @@ def _max0(e: Expr) -> Expr:
     return BinOp("max", IntImm(0), e)
 
 
-def _lower_copy(loop: For) -> Stmt:
+def _lower_copy(loop: For, unit: dict[Var, Expr]) -> Stmt:
     loops, body = perfect_nest(loop)
     where = f"dma copy at loop {loop.var.name}"
     if not isinstance(body, Store):
@@ -98,6 +105,8 @@ def _lower_copy(loop: For) -> Stmt:
         dram_buf, dram_idx = src.buffer, src.indices
         sram_buf, sram_idx = body.buffer, body.indices
         mem = _SCOPE_MEM[sram_buf.scope]
+    outer = {v: e for v, e in unit.items() if v not in {lp.var for lp in loops}}
+    dram_idx = tuple(simplify(substitute(i, outer)) for i in dram_idx)
     tile_vars = [lp.var for lp in loops[-2:]]
     if len(loops) < 2 or list(sram_idx[-2:]) != tile_vars or list(dram_idx[-2:]) != tile_vars:
         raise LoweringError(f"{where}: the two innermost loops must copy whole tiles")
@@ -136,6 +145,10 @@ def _lower_copy(loop: For) -> Stmt:
     x_lo = ndim - 1
     while x_lo > 0 and whole(x_lo):
         x_lo -= 1  # dims after x_lo are copied whole, so x_lo..ndim-1 is one DRAM run
+    if x_lo < ndim - 1 and padded:
+        _, base, ext = dims[x_lo]
+        if base.coeffs or base.const < 0 or base.const + ext > dram_grid[x_lo]:
+            x_lo = ndim - 1  # pads are computed for a one-dimension x only
     y_dim = x_lo - 1
     x_ext = 1
     for d in range(x_lo, ndim):
