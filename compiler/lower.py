@@ -166,6 +166,12 @@ class _Lowering:
                     consumer in self.regions:
                 varying = {v.var: self._loop_extent(consumer, v)
                            for v in consumer.leaf_iter_vars}
+                # A consumer computed deeper in the parent's nest reads over the parent's
+                # loops between the two attach points too.
+                leaves = parent.leaf_iter_vars
+                pos, deeper = leaves.index(iv), leaves.index(consumer.attach[1])
+                varying.update({v.var: self._loop_extent(parent, v)
+                                for v in leaves[pos + 1:deeper + 1]})
             else:
                 raise LoweringError(
                     f"stage {stage.name}: computed at {parent.name}.{iv.name}, but its "

@@ -101,8 +101,8 @@ def test_the_alu_is_idle_with_both(tiny: HwConfig) -> None:
     np.testing.assert_array_equal(y0, kernels.conv2d(x, w, **args))
     # SHR, MIN, MAX on every acc tile (36 pixels x 2 channel blocks), each a micro-op per
     # alu.ii cycles; tiny's bias is loaded into the accumulators (load_bias), not added
-    assert [plain.insn_counts.get(f"ALU_{op}", 0) for op in ("ADD", "SHR", "MIN", "MAX")] \
-        == [0, 2, 2, 2]
+    counts = [plain.insn_counts.get(f"ALU_{op}", 0) for op in ("ADD", "SHR", "MIN", "MAX")]
+    assert counts[0] == 0 and counts[1] == counts[2] == counts[3] >= 1   # one each per tile
     assert plain.alu_busy is not None and plain.alu_busy >= 3 * 72 * tiny.alu.ii
     assert not any(name.startswith("ALU_") for name in both.insn_counts)
     assert both.alu_busy == 0 and both.to_dict()["alu_busy"] == 0
@@ -126,7 +126,8 @@ def test_no_bias_no_copy(cfg: HwConfig) -> None:
 
 
 def test_reset_bias_ir_moves_the_load_ahead(tiny: HwConfig) -> None:
-    """The bias's LOAD ACC comes before the copying reset nest, the ADD is gone."""
+    """The bias's LOAD ACC comes before the copying reset nest, the ADD is gone; the bias is
+    loaded once, outside the tile loops, and each thread's resets copy its share."""
     on = tiny.replace(**RA)
     wl = Conv2dWorkload(1, 16, 4, 4, 16, 3, 3, 1, 1, 1, 1, True, 3, True)
     text = str(build(conv2d_schedule(wl, default_conv2d_knobs(wl, on), on), on, "c",
@@ -134,7 +135,8 @@ def test_reset_bias_ir_moves_the_load_ahead(tiny: HwConfig) -> None:
     assert "alu_add" not in text
     load = text.index("dma_load ACC bias.acc")
     assert load < text.index("gemm_reset conv@") < text.index("gemm conv@")
-    assert "= bias.acc@conv.o" in text
+    assert "= bias.acc@((out.o.outer.inner * 2) + conv.o)" in text
+    assert text.count("dma_load ACC bias.acc") == 1 and load < text.index("for out.y")
 
 
 # --------------------------------------------------------------------------- bit-exact

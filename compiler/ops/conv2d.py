@@ -10,15 +10,18 @@ scope, then the cast to int8 that a STORE of the out buffer performs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from accel.machine.config import HwConfig
+from accel.machine.isa import MemInsn, MemType
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.ops.requant import requantize_stages, schedule_requant
+from compiler.passes.alu import BiasInit, bias_init_cycles
 from compiler.schedule import Pragma, Schedule, Stage, create_schedule
 from compiler.te import IterVar, Tensor, compute, if_then_else, placeholder, reduce_axis, sum
 
@@ -208,8 +211,34 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
     check_conv2d_knobs(wl, knobs, cfg)
     s = create_schedule(conv2d_compute(wl, cfg)["out"])
     so, attach = schedule_conv2d_tiles(s, wl, knobs, cfg)
-    schedule_requant(s, so, attach, bias_name="bias" if wl.bias else None)
+    # The bias depends on the output channels only: kept resident over the row and column
+    # tiles of an output-channel chunk (loaded at ``o.outer.outer``, both virtual threads'
+    # share), unless ``load_bias`` will LOAD it into every tile's accumulators instead.
+    resident = wl.bias and not bias_loaded_per_tile(wl, knobs, cfg)
+    schedule_requant(s, so, attach, bias_name="bias" if wl.bias else None,
+                     bias_attach=so.leaf_iter_vars[1] if resident else None)
     return s
+
+
+_bias_init_cycles = functools.lru_cache(maxsize=65536)(bias_init_cycles)
+"""``bias_init_cycles``, remembered: the knob candidates of a layer repeat the same tiles."""
+
+
+def bias_init(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> BiasInit:
+    """:func:`compiler.passes.alu.bias_init_cycles` of one thread's output tile."""
+    k = knobs
+    tiles = k.tile_b * k.tile_co * k.tile_h * k.tile_w
+    bias = MemInsn(mem_type=MemType.ACC, x_size=k.tile_b * k.tile_co,
+                   x_stride=k.tile_b * k.tile_co)
+    loaded = MemInsn(mem_type=MemType.ACC, y_size=k.tile_h * k.tile_w, x_stride=0)
+    return _bias_init_cycles(tiles, k.tile_b * k.tile_co, loaded, bias, cfg)
+
+
+def bias_loaded_per_tile(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> bool:
+    """Whether ``compiler.passes.alu.load_bias`` LOADs the bias into every output tile's
+    accumulators (no ``gemm.reset_from_acc``, and it pays); else the bias stays resident in acc
+    over the tiles of an output-channel chunk, copied by the resets or ADDed."""
+    return wl.bias and not cfg.gemm.reset_from_acc and bias_init(wl, knobs, cfg).pays
 
 
 def check_conv2d_knobs(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> None:

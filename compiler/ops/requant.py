@@ -56,15 +56,20 @@ def requantize_stages(acc: Tensor, bias: Tensor | None, shift: int, relu: bool,
 
 
 def schedule_requant(s: Schedule, out_stage: Stage, attach: IterVar,
-                     bias_name: str | None, prefix: str = "") -> None:
+                     bias_name: str | None, prefix: str = "",
+                     bias_attach: IterVar | None = None) -> None:
     """Compute every requantisation stage (named with ``prefix``, as
-    :func:`requantize_stages` made them) in acc at ``attach`` of ``out_stage``, as ALU ops."""
+    :func:`requantize_stages` made them) in acc at ``attach`` of ``out_stage``, as ALU ops.
+
+    The bias is loaded into acc at ``bias_attach`` (default ``attach``): a loop outside the
+    output tile along which the bias does not change keeps it resident over the tiles below it
+    (one LOAD ACC per channel chunk instead of one per tile)."""
     names = [t.name for t in (st.tensor for st in s.stages)]
     stages = [s[s.tensor(prefix + n)] for n in ALU_STAGES if prefix + n in names]
     if bias_name is not None:
         cbias = s.cache_read(s.tensor(bias_name), "acc", [s.tensor(prefix + "bias_add")])
         st = s[cbias]
-        st.compute_at(out_stage, attach)
+        st.compute_at(out_stage, attach if bias_attach is None else bias_attach)
         st.pragma(st.leaf_iter_vars[0], Pragma.DMA_COPY)
     for st in stages:
         st.set_scope("acc")

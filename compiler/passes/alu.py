@@ -281,10 +281,11 @@ def reset_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
 
 
 def _copy_bias(body: list[Stmt], m: _BiasAdd) -> list[Stmt]:
-    """``reset_bias``'s form of ``m``: the bias's LOAD, then the reset copying it."""
+    """``reset_bias``'s form of ``m``: the bias's LOAD (where it is in the list), then the
+    reset copying it."""
     reset_loops, reset = _loops_and_body(body[m.reset])
     copy = wrap_loops(reset_loops, replace(reset, src=TileRef(m.bias, m.src)))
-    return m.rewritten(body, [body[m.load], copy])
+    return m.rewritten(body, [body[m.load], copy] if m.load >= 0 else [copy])
 
 
 def _loops_and_body(s: Stmt) -> tuple[list[For], Stmt]:
@@ -300,8 +301,9 @@ def _gemm_nest(s: Stmt) -> Gemm | None:
 @dataclass(frozen=True)
 class _BiasAdd:
     """A bias ADD that may start the accumulation instead, in one statement list: the indices
-    of the acc buffer's reset nest, of the bias's LOAD ACC and of the ADD nest, the bias's acc
-    buffer, and the ADD's source index in the reset nest's loop variables."""
+    of the acc buffer's reset nest, of the bias's LOAD ACC (-1: loaded outside the list, before
+    it) and of the ADD nest, the bias's acc buffer, and the ADD's source index in the reset
+    nest's loop variables."""
 
     reset: int
     load: int
@@ -346,10 +348,11 @@ def _match_bias_add(body: list[Stmt], i: int) -> _BiasAdd | None:
     if r is None or not _covers(body[r], acc):
         return None
     loads = [k for k in range(r + 1, i) if _touches(body[k], bias)]
-    if len(loads) != 1 or not _loads_acc(body[loads[0]], bias):
+    if loads and (len(loads) != 1 or not _loads_acc(body[loads[0]], bias)):
         return None
     src = _moved_index(body[i], body[r], add)
-    return None if src is None else _BiasAdd(r, loads[0], i, bias, src)
+    # No LOAD here: the bias was loaded outside this list (resident over its tiles).
+    return None if src is None else _BiasAdd(r, loads[0] if loads else -1, i, bias, src)
 
 
 def load_bias(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
@@ -422,6 +425,8 @@ def _bias_loads(body: list[Stmt], m: _BiasAdd, cfg: HwConfig) -> Stmt | None:
     """The LOADs of the bias into every acc tile that take the place of ``m``'s reset, or None
     where the bias's LOAD is not one bare, unpadded copy of contiguous tiles, an index is not
     affine, or they do not pay."""
+    if m.load < 0:
+        return None
     old = body[m.load]
     sizes = _const_sizes(old) if isinstance(old, DmaCopy) else None
     if sizes is None or (sizes[0] > 1 and old.x_stride != sizes[1]):
