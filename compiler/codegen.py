@@ -11,7 +11,10 @@ into the instruction stream):
 - a :class:`DepPop` sets a pop flag on the module's next instruction and a :class:`DepPush` a
   push flag on its previous one (VTA's runtime rule), a zero-size LOAD/STORE carrying the token
   when the flag is taken or there is no such instruction;
-- FINISH ends the program, carrying compute's last pops.
+- FINISH ends the program, carrying compute's last pops;
+- the stream passes of :mod:`compiler.passes.stream` then let the virtual threads' epilogues
+  overlap: compute->store tokens pushed as early as the data allows, waits for the store moved
+  after independent work.
 
 DRAM holds the program's arguments (blocked layouts), the micro-op table and, if needed, zeros.
 """
@@ -39,6 +42,7 @@ from accel.machine.isa import (
 )
 from accel.machine.program import Program, Region
 from compiler.errors import LoweringError
+from compiler.passes.stream import footprint, hoist_store_tokens, sink_store_waits
 from compiler.passes.uops import UopKernel, hw_factors, kernel_uops, uop_refs
 from compiler.te import Expr, Var, walk
 from compiler.tir import (
@@ -83,6 +87,7 @@ class _Emitter:
         self.zero_base: dict[MemType, int] = {}
         self._outer_vars: dict[int, list[Var]] = {}
         self._kernels: dict[tuple[int, tuple[int, ...]], tuple[UopKernel, list[list[int]]]] = {}
+        self.spans: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}
         for buf in func.params:
             tile = _dtype_bytes(buf.dtype) * buf.tile_shape[0] * buf.tile_shape[1]
             self.dram.alloc(buf.name, int(np.prod(buf.shape)) * _dtype_bytes(buf.dtype),
@@ -214,6 +219,9 @@ class _Emitter:
         else:
             self.emit(GemmInsn(reset=op.reset, from_acc=op.from_acc, wgt_factor_out=fo[2],
                                wgt_factor_in=fi[2], **common))
+        if kernel.uops:
+            self.spans[len(self.insns) - 1] = (_span(kernel.uops, 0, fo, fi, iters),
+                                               _span(kernel.uops, 1, fo, fi, iters))
 
     def place_kernel(self, kernel: UopKernel) -> int:
         """The kernel's offset in the uop buffer, loading it first if it is not resident."""
@@ -260,6 +268,10 @@ class _Emitter:
             self.emit(self._noop(Module.COMPUTE))
             finish_pops = self.pending[Module.COMPUTE]
         self.emit(FinishInsn())
+        prints = [footprint(insn, *self.spans.get(k, (None, None)))
+                  for k, insn in enumerate(self.insns)]
+        self.insns, prints = sink_store_waits(self.insns, prints)
+        self.insns = hoist_store_tokens(self.insns, prints)
         uop_region = None
         if self.uops:
             region = self.dram.alloc("uop", len(self.uops) * self.cfg.uop_bytes,
@@ -277,6 +289,14 @@ class _Emitter:
         if isinstance(insn, MemInsn) and insn.mem_type is MemType.UOP and insn.dram_base < 0:
             return dataclasses.replace(insn, dram_base=base + (-1 - insn.dram_base))
         return insn
+
+
+def _span(uops: list[tuple[int, int, int]], field: int, fo: list[int], fi: list[int],
+          iters: list[int]) -> tuple[int, int]:
+    """Inclusive range of micro-op field ``field`` (0 acc, 1 inp/src) over the hardware loops."""
+    values = [u[field] for u in uops]
+    corners = [i * fo[field] + j * fi[field] for i in (0, iters[0] - 1) for j in (0, iters[1] - 1)]
+    return min(values) + min(corners), max(values) + max(corners)
 
 
 def _outer_vars(s: UopLoop) -> list[Var]:
