@@ -10,9 +10,10 @@ output tile, for a tile of ``t = tile_b * tile_co * tile_h * tile_w`` acc tiles 
     L  = tile_b * tile_ci * mem(LOAD INP) + mem(LOAD WGT)        load module, per chunk
     G  = gemm(tile_ci * kh * kw * t micro-ops)                    compute module, per chunk
     R  = gemm(t, a reset)                                         compute, before the chunks
-    E  = the bias's LOAD ACC and ADD, and the ALU instructions requantisation leaves on the
-         compute module (none of SHR/MIN/MAX with store.postproc)
-    S  = tile_b * tile_co * mem(STORE)                            store module
+    E  = the bias's ADD where no reset copies it, and the ALU instructions requantisation
+         leaves on the compute module (none of SHR/MIN/MAX with store.postproc)
+    S  = mem(STORE) per STORE: one of tile_co blocks x (tile_h * tile_w) for a full-width
+         tile, else tile_co of tile_h x tile_w (times tile_b)     store module
 
 With one thread the load of a chunk waits for the GEMM before it (one buffer) and the reset of
 the next tile for the stores::
@@ -22,15 +23,17 @@ the next tile for the stores::
 With ``T`` threads the threads' loads and GEMMs alternate chunk by chunk, each thread's buffer
 refilled while the others compute; the threads finish a tile together, and each thread's reset
 of the next tile waits for its own stores, which the store module makes one thread after
-another::
+another. The stream passes (``compiler.passes.stream``) let a thread's stores start at its own
+last GEMM where nothing follows it on the compute module (``E = 0``) and run each thread's
+reset just before its first GEMM, so a reset waits only for its own thread's stores. Rather
+than a closed form, two tiles of these streams are list-scheduled with the tokens
+(:func:`_tiles`), the steady-state tile being the difference.
 
-    tile = T * (R + E) + chunks * max(T * L, T * G)
-           + max(0, S - (T - 1) * E) + (T - 1) * max(0, S - R)
-
-The bias as the passes place it: copied by the reset with ``gemm.reset_from_acc`` (no ADD), or
-loaded into the accumulators in place of the reset where ``compiler.passes.alu.load_bias``
-finds that pays (its own :func:`~compiler.passes.alu.bias_init_cycles`), else LOADed and
-ADDed in ``E``. Every tile takes at least its DRAM bytes at ``dram.bytes_per_cycle``, the
+The bias as the passes place it: resident in acc over an output-channel chunk's tiles (its LOAD
+once per chunk, on the compute module, added to the total) and copied by the reset with
+``gemm.reset_from_acc`` or ADDed in ``E``; or, where ``compiler.passes.alu.load_bias`` finds
+it pays (``compiler.ops.conv2d.bias_loaded_per_tile``), loaded into the accumulators in place
+of the reset. Every tile takes at least its DRAM bytes at ``dram.bytes_per_cycle``, the
 store module's ``T * S``, and the fetch of its instructions (``costs.fetch_cycles`` per
 batch). Input tiles at the image's edges load fewer rows or columns and write padding: the
 tiles are priced by their position (first, inner, last), each kind once. Candidates must fit
@@ -48,8 +51,7 @@ from accel.machine import costs
 from accel.machine.config import HwConfig
 from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
 from compiler.errors import LoweringError
-from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
-from compiler.passes.alu import bias_init_cycles
+from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, bias_init, bias_loaded_per_tile
 
 __all__ = ["conv2d_cycles_floor", "conv2d_instructions", "default_conv2d_knobs",
            "estimate_conv2d_cycles", "fits", "knob_candidates"]
@@ -92,7 +94,6 @@ NEAR_TIE = 0.005
 
 _mem_cycles = functools.lru_cache(maxsize=65536)(costs.mem_cycles)
 """``costs.mem_cycles``, remembered: the candidates of a layer repeat the same copies."""
-_bias_init_cycles = functools.lru_cache(maxsize=65536)(bias_init_cycles)
 
 
 def _uops(n: int, insn: type[GemmInsn] | type[AluInsn], **fields: object) -> GemmInsn | AluInsn:
@@ -135,18 +136,25 @@ def _schedule(streams: dict[str, list[tuple[int, tuple[str, ...], tuple[str, ...
 def _tiles(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int, epilogue: int,
            stores: int) -> int:
     """Cycles of ``n`` consecutive output tiles of ``threads`` virtual threads, as the schedule
-    orders them: per tile each thread's reset (once its last stores are done), then chunk by
-    chunk each thread's loads (once its GEMM before freed the buffer) and GEMM, then each
-    thread's epilogue, whose end lets the store module store that thread's tile."""
-    loads: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
-    compute: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
-    store: list[tuple[int, tuple[str, ...], tuple[str, ...]]] = []
+    orders them and the stream passes (``compiler.passes.stream``) reorder them: chunk by chunk
+    each thread's loads (once its GEMM before freed the buffer) and GEMM, each thread's reset
+    (once its last stores are done) just before its first GEMM, then each thread's epilogue,
+    whose end lets the store module store that thread's tile; without an epilogue a thread's
+    last GEMM lets it."""
+    Insn = tuple[int, tuple[str, ...], tuple[str, ...]]
+    loads: list[Insn] = []
+    compute: list[Insn] = []
+    store: list[Insn] = []
     for _ in range(n):
-        compute += [(reset, ("s2c",), ())] * threads
-        for _ in range(chunks):
+        for c in range(chunks):
             loads += [(load, ("c2l",), ("l2c",))] * threads
-            compute += [(gemm, ("l2c",), ("c2l",))] * threads
-        compute += [(epilogue, (), ("c2s",))] * threads
+            last = c == chunks - 1 and not epilogue
+            for _ in range(threads):
+                if c == 0:
+                    compute.append((reset, ("s2c",), ()))
+                compute.append((gemm, ("l2c",), ("c2l", "c2s") if last else ("c2l",)))
+        if epilogue:
+            compute += [(epilogue, (), ("c2s",))] * threads
         store += [(stores, ("c2s",), ("s2c",))] * threads
     return _schedule({"load": loads, "compute": compute, "store": store},
                      {"c2l": threads, "s2c": threads, "l2c": 0, "c2s": 0})
@@ -168,14 +176,15 @@ class _Plan:
     store_beats: float
     bpc: int
     per_kind: float  # groups of threads per tile kind: every kind repeats this often
+    once: int  # compute-module cycles outside the tiles (the resident bias's LOADs)
     kinds: tuple[tuple[int, int, float], ...]  # (tiles of the kind, load cycles, load beats)
 
     def floor(self) -> float:
         """A lower bound on :meth:`cycles`: every tile takes at least its compute module's
         work, its beats and its fetch."""
         work = self.threads * (self.chunks * self.gemm + self.reset + self.epilogue)
-        return self.per_kind * sum(n * max(work, beats + self.store_beats, self.fetch)
-                                   for n, _, beats in self.kinds)
+        return self.once + self.per_kind * sum(
+            n * max(work, beats + self.store_beats, self.fetch) for n, _, beats in self.kinds)
 
     def instructions(self) -> float:
         """Instructions of the layer's program, micro-op loads and FINISH not counted."""
@@ -205,7 +214,7 @@ class _Plan:
             tile = max(two - one, load_beats + self.store_beats, self.fetch)
             total += n * tile
             first = max(first, one - tile)
-        return total * self.per_kind + first
+        return total * self.per_kind + first + self.once
 
 
 def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
@@ -224,21 +233,28 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
     epilogue = n_imm * costs.alu_cycles(_uops(t_acc, AluInsn, alu_op=AluOp.MIN, use_imm=True),
                                         cfg)
     insns = chunks * (k.tile_b * k.tile_ci + 1) + 1 + n_imm + k.tile_b * k.tile_co
+    once = 0  # compute-module cycles per output-channel chunk: the resident bias's LOAD
     if wl.bias:
-        bias = MemInsn(mem_type=MemType.ACC, x_size=k.tile_b * k.tile_co,
-                       x_stride=k.tile_b * k.tile_co)
-        loaded = MemInsn(mem_type=MemType.ACC, y_size=k.tile_h * k.tile_w, x_stride=0)
-        if cfg.gemm.reset_from_acc:  # the reset copies the loaded bias: no ADD
-            epilogue += _mem_cycles(bias, cfg)
-            insns += 1
-        elif (init := _bias_init_cycles(t_acc, k.tile_b * k.tile_co, loaded, bias, cfg)).pays:
-            reset = init.loaded  # load_bias: LOADs into the accumulators instead of the reset
+        if bias_loaded_per_tile(wl, k, cfg):  # load_bias: LOADs into the accumulators
+            reset = bias_init(wl, k, cfg).loaded
             insns += k.tile_b * k.tile_co - 1
-        else:  # the bias's LOAD and an ADD after the accumulation
-            epilogue += init.added - reset
-            insns += 2
-    store = MemInsn(store=True, mem_type=MemType.ACC if post else MemType.OUT,
-                    y_size=k.tile_h, x_size=k.tile_w, x_stride=wl.out_width)
+        else:  # resident: the reset copies it (reset_from_acc), or an ADD after the chunks
+            once = _mem_cycles(MemInsn(mem_type=MemType.ACC, x_size=k.tile_co * k.oc_nthread,
+                                       x_stride=k.tile_co * k.oc_nthread), cfg)
+            if not cfg.gemm.reset_from_acc:
+                epilogue += costs.alu_cycles(_uops(t_acc, AluInsn, alu_op=AluOp.ADD), cfg)
+                insns += 1
+    # The STOREs of a full-width tile take every output-channel block at once (rows x blocks).
+    if k.tile_w == wl.out_width:
+        store = MemInsn(store=True, mem_type=MemType.ACC if post else MemType.OUT,
+                        y_size=k.tile_co, x_size=k.tile_h * k.tile_w,
+                        x_stride=wl.out_height * wl.out_width)
+        n_stores = k.tile_b
+    else:
+        store = MemInsn(store=True, mem_type=MemType.ACC if post else MemType.OUT,
+                        y_size=k.tile_h, x_size=k.tile_w, x_stride=wl.out_width)
+        n_stores = k.tile_b * k.tile_co
+    insns += n_stores - k.tile_b * k.tile_co
     batch = costs.fetch_batch_size(cfg)
     wgt_bytes = k.tile_co * k.tile_ci * kk * cfg.wgt_tile_bytes
     bpc = cfg.dram.bytes_per_cycle
@@ -254,7 +270,8 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
             kinds.append((n_rows * n_cols, load, threads * chunks * in_bytes / bpc))
     return _Plan(
         threads=threads, chunks=chunks, gemm=gemm, reset=reset, epilogue=epilogue,
-        stores=k.tile_b * k.tile_co * _mem_cycles(store, cfg),
+        stores=n_stores * _mem_cycles(store, cfg), once=once * (nb // k.tile_b)
+        * (cob // (k.tile_co * k.oc_nthread)),
         fetch=threads * insns * costs.fetch_cycles(batch, cfg) / batch, insns=threads * insns,
         store_beats=threads * t_acc * cfg.out_tile_bytes / bpc, bpc=bpc,
         per_kind=(nb // k.tile_b) * (cob // (k.tile_co * k.oc_nthread)) / k.h_nthread,
