@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass
 
@@ -52,6 +53,9 @@ from accel.machine.config import HwConfig
 from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, bias_init, bias_loaded_per_tile
+from compiler.passes.uops import choose_loops
+from compiler.te import Var
+from compiler.tir import Buffer, For, Gemm, TileRef, UopLoop
 
 __all__ = ["conv2d_cycles_floor", "conv2d_instructions", "default_conv2d_knobs",
            "estimate_conv2d_cycles", "fits", "knob_candidates"]
@@ -160,6 +164,32 @@ def _tiles(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int, 
                      {"c2l": threads, "s2c": threads, "l2c": 0, "c2s": 0})
 
 
+@functools.lru_cache(maxsize=4096)
+def _gemm_fold(k: Conv2dKnobs, kh: int, kw: int, sh: int, sw: int, budget: int,
+               window: int) -> tuple[int, int]:
+    """(GEMM instructions, micro-ops of each one's kernel) of one thread's reduction chunk:
+    ``compiler.passes.uops``'s own choice of hardware loops on the schedule's loop nest (input
+    channel block, kernel row and column, batch, output channel block, output row, column),
+    whose kernel loops beyond ``budget`` stay instruction loops."""
+    ih, iw = (k.tile_h - 1) * sh + kh, (k.tile_w - 1) * sw + kw
+    v = {name: Var(name) for name in ("ic", "kh", "kw", "n", "o", "y", "x")}
+    dst = ((v["n"] * k.tile_co + v["o"]) * k.tile_h + v["y"]) * k.tile_w + v["x"]
+    src = (((v["n"] * k.tile_ci + v["ic"]) * ih + v["y"] * sh + v["kh"]) * iw
+           + v["x"] * sw + v["kw"])
+    wgt = ((v["o"] * k.tile_ci + v["ic"]) * kh + v["kh"]) * kw + v["kw"]
+    op = Gemm(TileRef(Buffer("acc", "acc", (1, 1), "int32"), dst),
+              TileRef(Buffer("inp", "inp", (1, 1), "int8"), src),
+              TileRef(Buffer("wgt", "wgt", (1, 1), "int8"), wgt))
+    extents = (k.tile_ci, kh, kw, k.tile_b, k.tile_co, k.tile_h, k.tile_w)
+    node = choose_loops(UopLoop(op, [], list(zip(v.values(), extents, strict=True))), budget,
+                        window)
+    n = 1
+    while isinstance(node, For):
+        n, node = n * node.extent, node.body
+    assert isinstance(node, UopLoop)
+    return n, math.prod(e for _, e in node.kernel_loops)
+
+
 @dataclass(frozen=True)
 class _Plan:
     """The model's parts for one knob setting: per virtual thread and output tile the cycles
@@ -226,13 +256,21 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
     wgt = MemInsn(mem_type=MemType.WGT, y_size=k.tile_co, x_size=k.tile_ci * kk,
                   x_stride=cib * kk)
     wgt_cycles = _mem_cycles(wgt, cfg)
-    gemm = costs.gemm_cycles(_uops(k.tile_ci * kk * t_acc, GemmInsn), cfg)
+    n_gemm, kernel = _gemm_fold(k, wl.kernel_h, wl.kernel_w, wl.stride_h, wl.stride_w,
+                                max(1, cfg.uop_depth // 8), cfg.gemm.depth)
+    gemm = n_gemm * costs.gemm_cycles(_uops(k.tile_ci * kk * t_acc // n_gemm, GemmInsn), cfg)
+    if threads * (n_gemm * kernel + 5) > cfg.uop_depth:
+        # The kernels (each thread's GEMM kernels; its reset and four ALU kernels, one micro-op
+        # each once folded) do not fit the uop buffer together: codegen then keeps it as a ring
+        # and reloads each GEMM's kernel before it.
+        gemm += n_gemm * _mem_cycles(MemInsn(mem_type=MemType.UOP, x_size=kernel,
+                                             x_stride=kernel), cfg)
     reset = costs.gemm_cycles(_uops(t_acc, GemmInsn, reset=True), cfg)
     post = cfg.store.postproc
     n_imm = 0 if post else 2 + int(wl.shift > 0)  # SHR, MIN, MAX by immediates
     epilogue = n_imm * costs.alu_cycles(_uops(t_acc, AluInsn, alu_op=AluOp.MIN, use_imm=True),
                                         cfg)
-    insns = chunks * (k.tile_b * k.tile_ci + 1) + 1 + n_imm + k.tile_b * k.tile_co
+    insns = chunks * (k.tile_b * k.tile_ci + n_gemm) + 1 + n_imm + k.tile_b * k.tile_co
     once = 0  # compute-module cycles per output-channel chunk: the resident bias's LOAD
     if wl.bias:
         if bias_loaded_per_tile(wl, k, cfg):  # load_bias: LOADs into the accumulators

@@ -41,7 +41,8 @@ from compiler.tir import (
     stmts,
 )
 
-__all__ = ["UopKernel", "cache_uop_kernels", "fold_uop_loops", "kernel_uops", "uop_refs"]
+__all__ = ["UopKernel", "cache_uop_kernels", "choose_loops", "fold_uop_loops", "kernel_uops",
+           "uop_refs"]
 
 
 def uop_refs(op: Gemm | Alu) -> tuple[TileRef, TileRef | None, TileRef | None]:
@@ -85,13 +86,15 @@ def fold_uop_loops(func: PrimFunc, cfg: HwConfig) -> PrimFunc:
 
     def finalize(s: Stmt) -> Stmt | None:
         if isinstance(s, UopLoop):
-            return _choose_loops(s, budget, window)
+            return choose_loops(s, budget, window)
         return None
 
     return func.with_body(map_stmts(map_stmts(func.body, collect), finalize))
 
 
-def _choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
+def choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
+    """``loop`` (its nest in ``kernel_loops``) folded as :func:`fold_uop_loops` folds it:
+    peeled instruction loops around a :class:`UopLoop` with its hardware and kernel loops."""
     chain = list(loop.kernel_loops)
     refs = uop_refs(loop.op)
     affine = [(v, n) for v, n in chain if all(_factor(r, v) is not None for r in refs)]
