@@ -164,25 +164,33 @@ def _tiles(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int, 
                      {"c2l": threads, "s2c": threads, "l2c": 0, "c2s": 0})
 
 
-@functools.lru_cache(maxsize=4096)
 def _gemm_fold(k: Conv2dKnobs, kh: int, kw: int, sh: int, sw: int, budget: int,
                window: int) -> tuple[int, int]:
     """(GEMM instructions, micro-ops of each one's kernel) of one thread's reduction chunk:
     ``compiler.passes.uops``'s own choice of hardware loops on the schedule's loop nest (input
     channel block, kernel row and column, batch, output channel block, output row, column),
     whose kernel loops beyond ``budget`` stay instruction loops."""
-    ih, iw = (k.tile_h - 1) * sh + kh, (k.tile_w - 1) * sw + kw
+    return _fold(k.tile_ci, kh, kw, k.tile_b, k.tile_co, k.tile_h, k.tile_w, sh, sw, budget,
+                 window)
+
+
+@functools.lru_cache(maxsize=16384)
+def _fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: int, sw: int,
+          budget: int, window: int) -> tuple[int, int]:
+    """:func:`_gemm_fold` on the loop extents (the choice depends on nothing else)."""
+    ih, iw = (h - 1) * sh + kh, (w - 1) * sw + kw
     v = {name: Var(name) for name in ("ic", "kh", "kw", "n", "o", "y", "x")}
-    dst = ((v["n"] * k.tile_co + v["o"]) * k.tile_h + v["y"]) * k.tile_w + v["x"]
-    src = (((v["n"] * k.tile_ci + v["ic"]) * ih + v["y"] * sh + v["kh"]) * iw
-           + v["x"] * sw + v["kw"])
-    wgt = ((v["o"] * k.tile_ci + v["ic"]) * kh + v["kh"]) * kw + v["kw"]
+    dst = ((v["n"] * co + v["o"]) * h + v["y"]) * w + v["x"]
+    src = (((v["n"] * ci + v["ic"]) * ih + v["y"] * sh + v["kh"]) * iw + v["x"] * sw
+           + v["kw"])
+    wgt = ((v["o"] * ci + v["ic"]) * kh + v["kh"]) * kw + v["kw"]
     op = Gemm(TileRef(Buffer("acc", "acc", (1, 1), "int32"), dst),
               TileRef(Buffer("inp", "inp", (1, 1), "int8"), src),
               TileRef(Buffer("wgt", "wgt", (1, 1), "int8"), wgt))
-    extents = (k.tile_ci, kh, kw, k.tile_b, k.tile_co, k.tile_h, k.tile_w)
-    node = choose_loops(UopLoop(op, [], list(zip(v.values(), extents, strict=True))), budget,
-                        window)
+    extents = (ci, kh, kw, b, co, h, w)
+    # Loops of extent 1 change neither the kernel's size nor the instructions: left out.
+    nest = [(var, n) for var, n in zip(v.values(), extents, strict=True) if n > 1]
+    node = choose_loops(UopLoop(op, [], nest), budget, window)
     n = 1
     while isinstance(node, For):
         n, node = n * node.extent, node.body

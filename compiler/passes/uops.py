@@ -19,13 +19,14 @@ program; otherwise codegen keeps the buffer as a ring and reloads a kernel when 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
 from accel.machine.config import HwConfig
-from compiler.arith import NotAffine, to_affine
+from compiler.arith import Affine, NotAffine, to_affine
 from compiler.te import Var, walk
 from compiler.tir import (
     Alu,
@@ -50,6 +51,16 @@ def uop_refs(op: Gemm | Alu) -> tuple[TileRef, TileRef | None, TileRef | None]:
     if isinstance(op, Gemm):
         return op.dst, op.src, op.wgt
     return op.dst, op.src if op.src is not None else op.dst, None
+
+
+def _form(ref: TileRef | None) -> Affine | bool | None:
+    """``ref``'s index as an affine form; None for no reference, False where not affine."""
+    if ref is None:
+        return None
+    try:
+        return to_affine(ref.index)
+    except NotAffine:
+        return False
 
 
 def _factor(ref: TileRef | None, var: Var) -> int | None:
@@ -96,22 +107,23 @@ def choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
     """``loop`` (its nest in ``kernel_loops``) folded as :func:`fold_uop_loops` folds it:
     peeled instruction loops around a :class:`UopLoop` with its hardware and kernel loops."""
     chain = list(loop.kernel_loops)
-    refs = uop_refs(loop.op)
-    affine = [(v, n) for v, n in chain if all(_factor(r, v) is not None for r in refs)]
-    dst = refs[0]
+    forms = [_form(r) for r in uop_refs(loop.op)]          # each index parsed once
+    affine = [(v, n) for v, n in chain if all(f is not False for f in forms)]
+    dst = forms[0] if isinstance(forms[0], Affine) else None
+    moving = {v: dst.coeff(v) if dst is not None else 0 for v, _ in chain}
 
     def arrange(hw: tuple[tuple[Var, int], ...]) -> tuple[list, list, list]:
         kernel = [item for item in chain if item not in hw]
         peeled: list[tuple[Var, int]] = []
         while kernel and _size(kernel) > budget:
             peeled.append(kernel.pop(0))
-        moves = [item for item in kernel if _factor(dst, item[0]) != 0]
+        moves = [item for item in kernel if moving[item[0]] != 0]
         kernel = [item for item in kernel if item not in moves] + moves
         return sorted(hw, key=chain.index), kernel, peeled
 
     def score(hw: tuple[tuple[Var, int], ...]) -> tuple[bool, bool, int]:
         order, kernel, peeled = arrange(hw)
-        safe = not _hazard(dst, order, kernel, window)
+        safe = not _hazard(moving, order, kernel, window)
         return safe, not peeled, _size(list(hw))
 
     choices = [c for r in (2, 1, 0) for c in itertools.combinations(affine, r)]
@@ -122,16 +134,23 @@ def choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
     return node
 
 
-def _hazard(dst: TileRef, hw: list[tuple[Var, int]], kernel: list[tuple[Var, int]],
+def _hazard(moving: dict[Var, int], hw: list[tuple[Var, int]], kernel: list[tuple[Var, int]],
             window: int) -> bool:
     """Would two micro-ops less than ``window`` apart in execution order (hardware loops
-    outside the kernel) write the same accumulator?"""
+    outside the kernel) write the same accumulator? ``moving``: the destination's factor per
+    loop variable."""
     loops = hw + kernel
-    coeffs = [_factor(dst, v) or 0 for v, _ in loops]
     extents = [n for _, n in loops]
     if hw:
         # The sequence repeats its pattern: two outer iterations show every distance.
         extents[0] = min(extents[0], 2)
+    return _repeats(tuple(moving[v] for v, _ in loops), tuple(extents), window)
+
+
+@functools.lru_cache(maxsize=65536)
+def _repeats(coeffs: tuple[int, ...], extents: tuple[int, ...], window: int) -> bool:
+    """Does the destination sequence of the loops (outer first; each loop's factor and
+    extent) write one accumulator twice within ``window`` micro-ops?"""
     size = _size([(None, n) for n in extents])  # type: ignore[misc]
     if size > 1 << 18:
         return False
