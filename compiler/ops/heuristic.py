@@ -164,20 +164,14 @@ def _tiles(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int, 
                      {"c2l": threads, "s2c": threads, "l2c": 0, "c2s": 0})
 
 
-def _gemm_fold(k: Conv2dKnobs, kh: int, kw: int, sh: int, sw: int, budget: int,
-               window: int) -> tuple[int, int]:
+@functools.lru_cache(maxsize=16384)
+def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: int, sw: int,
+               budget: int, window: int) -> tuple[int, int]:
     """(GEMM instructions, micro-ops of each one's kernel) of one thread's reduction chunk:
     ``compiler.passes.uops``'s own choice of hardware loops on the schedule's loop nest (input
-    channel block, kernel row and column, batch, output channel block, output row, column),
-    whose kernel loops beyond ``budget`` stay instruction loops."""
-    return _fold(k.tile_ci, kh, kw, k.tile_b, k.tile_co, k.tile_h, k.tile_w, sh, sw, budget,
-                 window)
-
-
-@functools.lru_cache(maxsize=16384)
-def _fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: int, sw: int,
-          budget: int, window: int) -> tuple[int, int]:
-    """:func:`_gemm_fold` on the loop extents (the choice depends on nothing else)."""
+    channel block ``ci``, kernel row and column, batch, output channel block, output row,
+    column: the choice depends on their extents only), whose kernel loops beyond ``budget``
+    stay instruction loops."""
     ih, iw = (h - 1) * sh + kh, (w - 1) * sw + kw
     v = {name: Var(name) for name in ("ic", "kh", "kw", "n", "o", "y", "x")}
     dst = ((v["n"] * co + v["o"]) * h + v["y"]) * w + v["x"]
@@ -264,7 +258,8 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
     wgt = MemInsn(mem_type=MemType.WGT, y_size=k.tile_co, x_size=k.tile_ci * kk,
                   x_stride=cib * kk)
     wgt_cycles = _mem_cycles(wgt, cfg)
-    n_gemm, kernel = _gemm_fold(k, wl.kernel_h, wl.kernel_w, wl.stride_h, wl.stride_w,
+    n_gemm, kernel = _gemm_fold(k.tile_ci, wl.kernel_h, wl.kernel_w, k.tile_b, k.tile_co,
+                                k.tile_h, k.tile_w, wl.stride_h, wl.stride_w,
                                 max(1, cfg.uop_depth // 8), cfg.gemm.depth)
     gemm = n_gemm * costs.gemm_cycles(_uops(k.tile_ci * kk * t_acc // n_gemm, GemmInsn), cfg)
     if threads * (n_gemm * kernel + 5) > cfg.uop_depth:
@@ -278,7 +273,15 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
     n_imm = 0 if post else 2 + int(wl.shift > 0)  # SHR, MIN, MAX by immediates
     epilogue = n_imm * costs.alu_cycles(_uops(t_acc, AluInsn, alu_op=AluOp.MIN, use_imm=True),
                                         cfg)
-    insns = chunks * (k.tile_b * k.tile_ci + n_gemm) + 1 + n_imm + k.tile_b * k.tile_co
+    # The STOREs of a full-width tile take every output-channel block at once (rows x blocks).
+    if k.tile_w == wl.out_width:
+        n_stores, rows, cols, stride = k.tile_b, k.tile_co, k.tile_h * k.tile_w, \
+            wl.out_height * wl.out_width
+    else:
+        n_stores, rows, cols, stride = k.tile_b * k.tile_co, k.tile_h, k.tile_w, wl.out_width
+    store = MemInsn(store=True, mem_type=MemType.ACC if post else MemType.OUT, y_size=rows,
+                    x_size=cols, x_stride=stride)
+    insns = chunks * (k.tile_b * k.tile_ci + n_gemm) + 1 + n_imm + n_stores
     once = 0  # compute-module cycles per output-channel chunk: the resident bias's LOAD
     if wl.bias:
         if bias_loaded_per_tile(wl, k, cfg):  # load_bias: LOADs into the accumulators
@@ -290,17 +293,6 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
             if not cfg.gemm.reset_from_acc:
                 epilogue += costs.alu_cycles(_uops(t_acc, AluInsn, alu_op=AluOp.ADD), cfg)
                 insns += 1
-    # The STOREs of a full-width tile take every output-channel block at once (rows x blocks).
-    if k.tile_w == wl.out_width:
-        store = MemInsn(store=True, mem_type=MemType.ACC if post else MemType.OUT,
-                        y_size=k.tile_co, x_size=k.tile_h * k.tile_w,
-                        x_stride=wl.out_height * wl.out_width)
-        n_stores = k.tile_b
-    else:
-        store = MemInsn(store=True, mem_type=MemType.ACC if post else MemType.OUT,
-                        y_size=k.tile_h, x_size=k.tile_w, x_stride=wl.out_width)
-        n_stores = k.tile_b * k.tile_co
-    insns += n_stores - k.tile_b * k.tile_co
     batch = costs.fetch_batch_size(cfg)
     wgt_bytes = k.tile_co * k.tile_ci * kk * cfg.wgt_tile_bytes
     bpc = cfg.dram.bytes_per_cycle
@@ -316,8 +308,8 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
             kinds.append((n_rows * n_cols, load, threads * chunks * in_bytes / bpc))
     return _Plan(
         threads=threads, chunks=chunks, gemm=gemm, reset=reset, epilogue=epilogue,
-        stores=n_stores * _mem_cycles(store, cfg), once=once * (nb // k.tile_b)
-        * (cob // (k.tile_co * k.oc_nthread)),
+        stores=n_stores * _mem_cycles(store, cfg),
+        once=once * (nb // k.tile_b) * (cob // (k.tile_co * k.oc_nthread)),
         fetch=threads * insns * costs.fetch_cycles(batch, cfg) / batch, insns=threads * insns,
         store_beats=threads * t_acc * cfg.out_tile_bytes / bpc, bpc=bpc,
         per_kind=(nb // k.tile_b) * (cob // (k.tile_co * k.oc_nthread)) / k.h_nthread,

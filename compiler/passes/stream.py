@@ -88,8 +88,9 @@ def footprint(insn: Insn, dst: Span | None = None, src: Span | None = None) -> F
     return Footprint()
 
 
-def _queues(insn: Insn, module: Module) -> set[object]:
-    return {DEP_QUEUES[(module, f)] for f in DEP_FLAGS if getattr(insn, f)}
+def _queues(insn: Insn) -> set[object]:
+    """The token queues a compute instruction pops or pushes."""
+    return {DEP_QUEUES[(Module.COMPUTE, f)] for f in DEP_FLAGS if getattr(insn, f)}
 
 
 def sink_store_waits(insns: list[Insn], prints: list[Footprint]) -> tuple[list[Insn],
@@ -110,12 +111,12 @@ def sink_store_waits(insns: list[Insn], prints: list[Footprint]) -> tuple[list[I
         k = compute[pos]
         a = out[k]
         if a.pop_next and not (a.push_prev or a.push_next) and not isinstance(a, FinishInsn):
-            queues = _queues(a, Module.COMPUTE)
+            queues = _queues(a)
             at = pos
             while at + 1 < len(compute):
                 j, i = compute[at + 1], compute[at]
                 b = out[j]
-                if (isinstance(b, FinishInsn) or _queues(b, Module.COMPUTE) & queues
+                if (isinstance(b, FinishInsn) or _queues(b) & queues
                         or fp[i].conflicts(fp[j])):
                     break
                 out[i], out[j] = b, out[i]

@@ -108,7 +108,8 @@ def choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
     peeled instruction loops around a :class:`UopLoop` with its hardware and kernel loops."""
     chain = list(loop.kernel_loops)
     forms = [_form(r) for r in uop_refs(loop.op)]          # each index parsed once
-    affine = [(v, n) for v, n in chain if all(f is not False for f in forms)]
+    # Hardware loops need every index affine (then each moves by a constant along any loop).
+    affine = chain if all(f is not False for f in forms) else []
     dst = forms[0] if isinstance(forms[0], Affine) else None
     moving = {v: dst.coeff(v) if dst is not None else 0 for v, _ in chain}
 
