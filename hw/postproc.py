@@ -5,12 +5,15 @@ A STORE ACC (``store.postproc``) copies ``y_size * x_size`` acc tiles from ``sra
 element ``min(max(acc >> shift, clip_lo), clip_hi)`` narrowed to ``store.out_bits``
 (``sim.functional.post_process``). The acc buffer's two ports are the compute module's, so the
 store reads a copy of it (``hw.top``: written with every acc write). :class:`PostStream` reads it
-``lanes`` elements a cycle (a beat's worth), in three register stages (the RAM's data, the shift,
-the clip), into a small queue of out tiles that the store engine takes from as the beats go
-out. The RAM's clock-to-out, a 32-bit barrel shift and two 32-bit compares would not fit one
-cycle at 100 MHz on the ECP5-45F; hence the stages (the clip's compares go straight into the
-queue's registers), and ``costs.POSTPROC_SETUP_CYCLES``: the
-instruction asks for the channel only once the first element can be in the queue.
+``lanes`` elements a cycle (a beat's worth), in four register stages (the RAM's data, the shift,
+the clip, the queue's slot), into a small queue of out tiles that the store engine takes from
+as the beats go out. The RAM's clock-to-out, a 32-bit barrel shift and two 32-bit compares
+would not fit one cycle at 100 MHz on the ECP5-45F; hence the stages: the clip's compares end
+in a register of their own (with three stages they went on through the queue's slot
+multiplexers, 14-16 ns in a non-timing-driven routing of default_postproc), and a slot is
+picked from registers and the store's ``take`` alone. ``costs.POSTPROC_SETUP_CYCLES``
+(``STAGES``): the instruction asks for the channel only once the first element can be in the
+queue.
 
 The stream reads on past the instruction's last element (what it reads there is dropped at the
 next decode); it never waits for anything but room in its queue, which it has whenever the
@@ -19,28 +22,29 @@ beats keep up, so the queue never runs dry once the setup is over.
 
 from __future__ import annotations
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from accel.machine.costs import POSTPROC_SETUP_CYCLES
 from hw.params import RtlParams
 from hw.sram import BufferRead
 
 __all__ = ["PostStream", "post_lane"]
 
-STAGES = 3
-"""Register stages from a read of the acc copy to the element in the queue."""
+STAGES = POSTPROC_SETUP_CYCLES
+"""Register stages from a read of the acc copy to the element in the queue (the RAM's data, the
+shift, the clip, the slot): the setup a STORE ACC waits before its first request."""
 
 
 def post_lane(m: Module, word: object, shift: Signal, lo: Signal, hi: Signal, width: int,
               name: str) -> Signal:
     """One 32-bit word: ``word >> shift`` (arithmetic) in a register, then clipped to
-    ``[lo, hi]`` and narrowed to ``width`` bits (returned, from that register through the
-    compares: the queue's slot registers take it)."""
+    ``[lo, hi]`` and narrowed to ``width`` bits in the next (returned)."""
     shifted = Signal(signed(32), name=f"{name}_shifted")
     m.d.sync += shifted.eq(word.as_signed() >> shift)
     out = Signal(width, name=f"{name}_out")
-    m.d.comb += out.eq(Mux(shifted > hi, hi, Mux(shifted < lo, lo, shifted))[:width])
+    m.d.sync += out.eq(Mux(shifted > hi, hi, Mux(shifted < lo, lo, shifted))[:width])
     return out
 
 
@@ -116,7 +120,8 @@ class PostStream(wiring.Component):
         for s in range(1, STAGES):
             m.d.sync += in_pipe[s].eq(in_pipe[s - 1] & ~self.start)
 
-        # The stages: the RAM's data registered, then each lane's shift and clip.
+        # The stages: the RAM's data registered, then each lane's shift and clip, each in a
+        # register.
         raw = Signal(lanes * acc.elem_bits)
         m.d.sync += raw.eq(self.rd.data)
         pushed = []
@@ -130,6 +135,9 @@ class PostStream(wiring.Component):
 
         # The queue: slots of out tiles, the first ``count`` full; each cycle ``take`` leave the
         # front and the last stage's ``lanes`` join the back.
+        # Lane ``lane`` of a push lands in slot ``count - take + lane``: the compares of
+        # ``count`` (a register) are formed for every ``take`` and one is picked by ``take``,
+        # which comes late (the arbiter's beat strobe), so that it passes no subtracter.
         slots = Array(Signal(out.elem_bits, name=f"post_slot{i}") for i in range(depth))
         push = in_pipe[STAGES - 1]
         remain = Signal(range(depth + 1))
@@ -142,7 +150,9 @@ class PostStream(wiring.Component):
                     with m.If(self.take == t):
                         m.d.comb += nxt.eq(slots[i + t])
             for lane in range(lanes):
-                with m.If(push & (remain + lane == i)):
+                lands = Array(count == i - lane + t if 0 <= i - lane + t <= depth else Const(0)
+                              for t in range(lanes + 1))
+                with m.If(push & lands[self.take]):
                     m.d.comb += nxt.eq(pushed[lane])
             m.d.sync += slots[i].eq(nxt)
         with m.If(self.start):
