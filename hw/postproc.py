@@ -5,15 +5,16 @@ A STORE ACC (``store.postproc``) copies ``y_size * x_size`` acc tiles from ``sra
 element ``min(max(acc >> shift, clip_lo), clip_hi)`` narrowed to ``store.out_bits``
 (``sim.functional.post_process``). The acc buffer's two ports are the compute module's, so the
 store reads a copy of it (``hw.top``: written with every acc write). :class:`PostStream` reads it
-``lanes`` elements a cycle (a beat's worth), in four register stages (the RAM's data, the shift,
-the clip, the queue's slot), into a small queue of out tiles that the store engine takes from
-as the beats go out. The RAM's clock-to-out, a 32-bit barrel shift and two 32-bit compares
-would not fit one cycle at 100 MHz on the ECP5-45F; hence the stages: the clip's compares end
-in a register of their own (with three stages they went on through the queue's slot
-multiplexers, 14-16 ns in a non-timing-driven routing of default_postproc), and a slot is
-picked from registers and the store's ``take`` alone. ``costs.POSTPROC_SETUP_CYCLES``
-(``STAGES``): the instruction asks for the channel only once the first element can be in the
-queue.
+``lanes`` elements a cycle (a beat's worth), in five register stages (the RAM's data twice, the
+shift, the clip, the queue's slot), into a small queue of out tiles that the store engine takes
+from as the beats go out. The RAM's clock-to-out, a 32-bit barrel shift and two 32-bit compares
+would not fit one cycle at 100 MHz on the ECP5-45F; hence the stages: the RAM's data reaches
+the shift from a fabric register, the clip's compares (on the low bits and a "fits" test, not
+32-bit carry chains) end in a register of their own (with three stages they went on through
+the queue's slot multiplexers, 14-16 ns in a non-timing-driven routing of default_postproc),
+and a slot is picked from registers and the store's ``take`` alone.
+``costs.POSTPROC_SETUP_CYCLES`` (``STAGES``): the instruction asks for the channel only once the
+first element can be in the queue.
 
 The stream reads on past the instruction's last element (what it reads there is dropped at the
 next decode); it never waits for anything but room in its queue, which it has whenever the
@@ -33,8 +34,8 @@ from hw.sram import BufferRead
 __all__ = ["PostStream", "post_lane"]
 
 STAGES = POSTPROC_SETUP_CYCLES
-"""Register stages from a read of the acc copy to the element in the queue (the RAM's data, the
-shift, the clip, the slot): the setup a STORE ACC waits before its first request."""
+"""Register stages from a read of the acc copy to the element in the queue (the RAM's data twice,
+the shift, the clip, the slot): the setup a STORE ACC waits before its first request."""
 
 
 def post_lane(m: Module, word: object, shift: Signal, lo: Signal, hi: Signal, width: int,
@@ -43,8 +44,19 @@ def post_lane(m: Module, word: object, shift: Signal, lo: Signal, hi: Signal, wi
     ``[lo, hi]`` and narrowed to ``width`` bits in the next (returned)."""
     shifted = Signal(signed(32), name=f"{name}_shifted")
     m.d.sync += shifted.eq(word.as_signed() >> shift)
+    # ``shifted > hi`` and ``shifted < lo`` without 32-bit compares: ``lo`` and ``hi`` are
+    # ``width``-bit numbers, so a word whose bits from ``width - 1`` up are not all equal (it
+    # does not fit) is above ``hi`` if positive and below ``lo`` if negative, and one that
+    # fits compares by its low ``width`` bits.
+    top = shifted[width - 1:]
+    fits = Signal(name=f"{name}_fits")
+    m.d.comb += fits.eq((top == 0) | (top == (1 << len(top)) - 1))
+    low = shifted[:width].as_signed()
+    sign = shifted[31]
+    above = Mux(fits, low > hi, ~sign)
+    below = Mux(fits, low < lo, sign)
     out = Signal(width, name=f"{name}_out")
-    m.d.sync += out.eq(Mux(shifted > hi, hi, Mux(shifted < lo, lo, shifted))[:width])
+    m.d.sync += out.eq(Mux(above, hi, Mux(below, lo, low)))
     return out
 
 
@@ -120,13 +132,17 @@ class PostStream(wiring.Component):
         for s in range(1, STAGES):
             m.d.sync += in_pipe[s].eq(in_pipe[s - 1] & ~self.start)
 
-        # The stages: the RAM's data registered, then each lane's shift and clip, each in a
-        # register.
+        # The stages: the RAM's data registered twice, then each lane's shift and clip, each in
+        # a register. The first register becomes the block RAM's own data latch (the copy is
+        # transparent, ``hw.sram.SramBuffer``), whose clock-to-out (5.8 ns on ECP5) left no
+        # room for the shift after it: 14.9 ns from the RAM to ``shifted`` at 0dd8d51
+        # (default_postproc, seed 1).
         raw = Signal(lanes * acc.elem_bits)
-        m.d.sync += raw.eq(self.rd.data)
+        raw2 = Signal(lanes * acc.elem_bits)
+        m.d.sync += [raw.eq(self.rd.data), raw2.eq(raw)]
         pushed = []
         for lane in range(lanes):
-            element = raw.word_select(lane, acc.elem_bits)
+            element = raw2.word_select(lane, acc.elem_bits)
             parts = []
             for w in range(words):
                 parts.append(post_lane(m, element.word_select(w, 32), shift, lo, hi, bits,

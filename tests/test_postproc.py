@@ -108,7 +108,7 @@ def test_store_acc_cycles(post_tiny: HwConfig) -> None:
     acc = MemInsn(store=True, mem_type=MemType.ACC, x_size=4, x_stride=4, clip_hi=127)
     out = MemInsn(store=True, mem_type=MemType.OUT, x_size=4, x_stride=4)
     assert mem_cycles(out, cfg) == 1 + 32 + 4
-    assert mem_cycles(acc, cfg) == 1 + POSTPROC_SETUP_CYCLES + 32 + 4 == 41
+    assert mem_cycles(acc, cfg) == 1 + POSTPROC_SETUP_CYCLES + 32 + 4 == 42
 
 
 settings_rtl = settings(max_examples=3, deadline=None, derandomize=True,

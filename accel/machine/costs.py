@@ -102,11 +102,11 @@ DECODE_CYCLES = 1
 QUEUE_FULL_RESUME_CYCLES = 1
 """Cycles after the consumer's take before a producer blocked on a full queue goes on."""
 
-POSTPROC_SETUP_CYCLES = 4
+POSTPROC_SETUP_CYCLES = 5
 """Cycles a STORE ACC (``store.postproc``) waits after its decode before its first request:
-the RTL reads the acc copy's first element, shifts it, clips it and puts it in its queue, a
-cycle each, so that the first write beat finds it ready (a write beat may come the cycle after
-its grant)."""
+the RTL reads the acc copy's first element (two registers: the block RAM's and one in the
+fabric), shifts it, clips it and puts it in its queue, a cycle each, so that the first write
+beat finds it ready (a write beat may come the cycle after its grant)."""
 
 UOP_PREFETCH_MISS_CYCLES = 1
 """Extra cycles of a GEMM/ALU instruction whose first micro-op was not read ahead of its decode
