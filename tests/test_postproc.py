@@ -139,3 +139,43 @@ def test_random_programs_with_store_acc_variants(variant: int, data: st.DataObje
            original(tiny),
            load_config("vta_1x16x16")][variant].replace(**POST)
     cosim(*random_program(cfg, lambda lo, hi: data.draw(st.integers(lo, hi)), 3))
+
+
+def test_post_lane_matches_the_reference_at_every_edge() -> None:
+    """One lane of the RTL's shift and clip (``hw.postproc.post_lane``, simulated) against
+    ``sim.functional.post_process`` on the words where its "fits" test changes its answer: at
+    and beside +-2**(k) for every k, with every shift and clip bounds at, inside and at the
+    ends of the int8 range."""
+    from amaranth.hdl import Module, Signal, signed
+    from amaranth.sim import Simulator
+
+    from hw.postproc import post_lane
+
+    m = Module()
+    word, shift = Signal(32), Signal(5)
+    lo, hi = Signal(signed(8)), Signal(signed(8))
+    out = post_lane(m, word, shift, lo, hi, 8, "t")
+    edges = sorted({s * ((1 << k) + d) for k in range(31) for d in (-1, 0, 1) for s in (1, -1)}
+                   | {-(1 << 31), (1 << 31) - 1})
+    bounds = [(-128, 127), (0, 127), (-3, 5), (-128, -128), (127, 127), (-1, 0)]
+    cases = [(w, s, lo_, hi_) for (lo_, hi_) in bounds for s in (0, 1, 7, 8, 30, 31)
+             for w in edges]
+    got: list[int] = []
+
+    async def bench(ctx: object) -> None:
+        for w, s, lo_, hi_ in cases:    # held through both stages: the shift, then the clip
+            ctx.set(word, w & 0xFFFFFFFF)
+            ctx.set(shift, s)
+            ctx.set(lo, lo_)
+            ctx.set(hi, hi_)
+            await ctx.tick().repeat(2)
+            got.append(ctx.get(out))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    for (w, s, lo_, hi_), value in zip(cases, got, strict=True):
+        insn = MemInsn(store=True, mem_type=MemType.ACC, shift=s, clip_lo=lo_, clip_hi=hi_)
+        want = int(post_process(np.array([w], dtype=np.int32), insn)[0]) & 0xFF
+        assert value == want, (w, s, lo_, hi_)
