@@ -196,10 +196,16 @@ class DramArbiter(wiring.Component):
         # latest register at seed 1 on the 45F, 10.23 ns).
         entry = data.StructLayout({"owner": owner_bits, "bytes": bytes_width, "write": 1,
                                    "short": 1})
+        # The owners behind the front: the newest granted one in ``stage`` (a register written
+        # from the grant's multiplexer), the older ones in ``behind*`` (written from ``stage``
+        # in the next cycle, not from the grant: at 0dd8d51 the grant's path into ``behind*``
+        # was the latest at seeds 5-7 on the 45F, docs/notes/memory-system.md).
         queue = Array(Signal(entry, name=f"behind{i}") for i in range(max(1, depth - 1)))
         q_rd = Signal(range(max(1, depth - 1)))
         q_wr = Signal(range(max(1, depth - 1)))
-        q_count = Signal(range(depth))
+        q_count = Signal(range(depth))  # entries in ``behind*``
+        stage = Signal(entry)
+        staged = Signal()
 
         for i, p in enumerate(ports):
             m.d.comb += [
@@ -231,6 +237,8 @@ class DramArbiter(wiring.Component):
             with m.If(q_count != 0):
                 m.d.sync += load_front(queue[q_rd])
                 m.d.sync += q_rd.eq(Mux(q_rd == len(queue) - 1, 0, q_rd + 1))
+            with m.Elif(staged):
+                m.d.sync += load_front(stage)
             with m.Elif(grant):
                 m.d.sync += load_front(granted)
             with m.Else():
@@ -238,13 +246,21 @@ class DramArbiter(wiring.Component):
         with m.Elif(self.dram.rsp_valid):
             m.d.sync += [front_left.eq(front_left - beat),
                          front_last.eq(front_left <= 2 * beat)]
-        to_queue = Signal()
-        m.d.comb += to_queue.eq(grant & ~(empty_front & (q_count == 0)))
+        # Grant order: ``behind*`` (oldest first), then ``stage``, then this cycle's grant.
+        nothing_behind = Signal()       # ``behind*`` empty
+        m.d.comb += nothing_behind.eq(q_count == 0)
+        to_stage = Signal()
+        m.d.comb += to_stage.eq(grant & ~(empty_front & nothing_behind & ~staged))
+        m.d.sync += staged.eq(to_stage)
+        with m.If(to_stage):
+            m.d.sync += stage.eq(granted)
+        to_queue = Signal()             # ``stage`` moves behind, unless it goes to the front
+        m.d.comb += to_queue.eq(staged & ~(empty_front & nothing_behind))
         with m.If(to_queue):
-            m.d.sync += [queue[q_wr].eq(granted),
+            m.d.sync += [queue[q_wr].eq(stage),
                          q_wr.eq(Mux(q_wr == len(queue) - 1, 0, q_wr + 1))]
         popped = Signal()
-        m.d.comb += popped.eq(empty_front & (q_count != 0))
+        m.d.comb += popped.eq(empty_front & ~nothing_behind)
         m.d.sync += q_count.eq(q_count + to_queue - popped)
 
         # A slot frees at a read's last beat and at a write's response.

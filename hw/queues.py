@@ -82,6 +82,9 @@ class CommandQueue(wiring.Component):
         Entries held, ``0 .. depth + 1``.
     room : Out
         ``level <= depth``: a pending put is accepted now.
+    room_next : Out
+        ``room``'s value in the next cycle (the register's input), for a producer that forms
+        a register of its own from it (:class:`~hw.fetch.Fetch`'s DRAM request).
     """
 
     def __init__(self, shape: ShapeLike, depth: int, pre_bits: int = 0) -> None:
@@ -95,6 +98,7 @@ class CommandQueue(wiring.Component):
             "r": Out(stream.Signature(shape)),
             "level": Out(range(depth + 2)),
             "room": Out(1, init=1),
+            "room_next": Out(1),
         }
         if pre_bits:
             members["w_pre"] = In(pre_bits)
@@ -166,10 +170,11 @@ class CommandQueue(wiring.Component):
             m.d.sync += wptr.eq(bump(wptr))
         # The flags read by other modules are registered, formed from the next level.
         up, down = w_fire & ~r_fire, r_fire & ~w_fire
+        m.d.comb += self.room_next.eq(_next_at_most(self.level, up, down, depth))
         m.d.sync += [
             self.level.eq(_next_level(self.level, up, down)),
             not_full.eq(_next_at_most(self.level, up, down, slots - 1)),
-            self.room.eq(_next_at_most(self.level, up, down, depth)),
+            self.room.eq(self.room_next),
         ]
         return m
 

@@ -106,7 +106,8 @@ class Accelerator(wiring.Component):
             wiring.connect(m, getattr(fetch, f"cmd_{q}"), cq.w)
             wiring.connect(m, cq.r, units[q].cmd)
             m.d.comb += [cq.w_pre.eq(getattr(fetch, f"pre_{q}")), units[q].cmd_pre.eq(cq.r_pre)]
-            m.d.comb += getattr(fetch, f"room_{q}").eq(cq.room)
+            m.d.comb += [getattr(fetch, f"room_{q}").eq(cq.room),
+                         getattr(fetch, f"room_next_{q}").eq(cq.room_next)]
         tq = {}
         for name in ("l2c", "c2l", "c2s", "s2c"):
             tq[name] = m.submodules[f"{name}_token_queue"] = TokenQueue(d)

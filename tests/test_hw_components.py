@@ -403,12 +403,14 @@ def test_command_queue_matches_a_deque(depth: int) -> None:
                 assert ctx.get(dut.r_pre) == pre(head)
             popped = pop and bool(model)
             assert ctx.get(dut.room) == (len(model) <= depth)      # registered: not popped
+            room_next = ctx.get(dut.room_next)
             await ctx.tick()
             if popped:
                 model.popleft()
             if push:
                 model.append(counter)
                 counter += 1
+            assert room_next == (len(model) <= depth)               # the next cycle's room
 
     run_bench(dut, bench)
 
@@ -444,6 +446,7 @@ def test_fetch_dispatches_predecoded_bits(bpc: int) -> None:
         ctx.set(dut.dram.req.ready, 1)
         for q in QUEUES:
             ctx.set(getattr(dut, f"room_{q}"), 1)
+            ctx.set(getattr(dut, f"room_next_{q}"), 1)
         ctx.set(dut.insn_addr, base)
         ctx.set(dut.insn_count, count)
         ctx.set(dut.start, 1)
