@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import operator
+import os
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -245,12 +246,17 @@ class Program:
         return bytes(body)
 
     def save(self, path: str | Path) -> None:
-        """Write the binary program file (atomically: a failure leaves no partial file)."""
+        """Write the binary program file (atomically: a failure leaves no partial file, and
+        processes saving the same path at once each rename a whole file of their own)."""
         path = Path(path)
         data = self.to_bytes()
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_bytes(data)
+            tmp.replace(path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
     @classmethod
     def from_bytes(

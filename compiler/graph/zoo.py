@@ -25,6 +25,7 @@ integer graph is born fused); the residual ``add`` carries ``relu=True``.
 
 from __future__ import annotations
 
+import os
 import pickle
 
 import numpy as np
@@ -234,11 +235,11 @@ def load_zoo(name: str, batch: int = 1, image_size: int = 224, seq_len: int = 12
     else:
         graph = vit(TRANSFORMERS[name], name, batch=batch)  # type: ignore[arg-type]
     if path is not None:
-        tmp = path.with_name(path.name + ".tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process
         try:
             with tmp.open("wb") as f:
                 pickle.dump(graph, f, protocol=pickle.HIGHEST_PROTOCOL)
             tmp.replace(path)
         except OSError:
-            pass
+            tmp.unlink(missing_ok=True)
     return graph
