@@ -493,7 +493,7 @@ def test_random_programs_memory_system(memory: tuple[int, int, str, bool],
 
 @pytest.mark.slow
 @pytest.mark.parametrize("memory", MEMORY_GRID, ids=lambda m: "n{}-l{}-{}-{}".format(*m))
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_programs_memory_grid(memory: tuple[int, int, str, bool],
                                      data: st.DataObject) -> None:
@@ -503,14 +503,14 @@ def test_random_programs_memory_grid(memory: tuple[int, int, str, bool],
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(TINY))
 def test_random_programs_tiny_many(case: tuple[Program, Dram]) -> None:
     cosim(*case)
 
 
 @pytest.mark.slow
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(SHALLOW))
 def test_random_programs_shallow_queues_many(case: tuple[Program, Dram]) -> None:
     cosim(*case)
