@@ -254,7 +254,7 @@ def test_stem_fold_cuts_padded_macs(config_name: str, window: tuple[int, int],
 def test_stem_is_bit_exact_on_sim(config_name: str, size: int,
                                   configs: dict[str, HwConfig]) -> None:
     """C1 on the timing simulator, folded and not: one output, fewer cycles (at its 224 x 224
-    on default and vta_1x16x16; tiny at 56 x 56, where 224 took six minutes)."""
+    on default and vta_1x16x16; tiny at 56 x 56, where 224 took three minutes)."""
     config = configs[config_name]
     rng = np.random.default_rng(1)
     g = stem_net(rng, size)
