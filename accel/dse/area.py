@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -48,24 +47,11 @@ def estimator(spec: str) -> Callable[[HwConfig, str], Any]:
 def synth_lock(cfg: HwConfig, target: str) -> Iterator[None]:
     """Hold an exclusive lock on ``(cfg.name, target)`` while synthesising (POSIX ``flock``;
     no lock where that is missing or caching is off)."""
-    from accel.machine.cache import cache_dir
+    from accel.machine.cache import cache_dir, file_lock
 
     folder = cache_dir("synth")
-    try:
-        import fcntl
-    except ImportError:
-        fcntl = None  # type: ignore[assignment]
-    if folder is None or fcntl is None:
+    with file_lock(None if folder is None else folder / f"{cfg.name}__{target}.lock"):
         yield
-        return
-    fd = os.open(folder / f"{cfg.name}__{target}.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
 
 
 def area_columns(cfg: HwConfig, target: str, spec: str = "hw.synth:synthesize"

@@ -7,14 +7,16 @@ hash of the source code of the packages involved, so a code change never reuses 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["cache_dir", "code_version", "work_dir"]
+__all__ = ["cache_dir", "code_version", "file_lock", "work_dir", "write_atomic"]
 
 
 def cache_dir(kind: str) -> Path | None:
@@ -30,6 +32,43 @@ def cache_dir(kind: str) -> Path | None:
     except OSError:
         return None
     return path
+
+
+@contextlib.contextmanager
+def file_lock(path: Path | None) -> Iterator[None]:
+    """Hold an exclusive POSIX ``flock`` on ``path`` (created if missing) for the block, so that
+    processes sharing a cache do a piece of work once; no lock where ``path`` is None (caching
+    off) or ``flock`` is missing."""
+    try:
+        import fcntl
+    except ImportError:
+        fcntl = None  # type: ignore[assignment]
+    if path is None or fcntl is None:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file of this process renamed into place:
+    a failure leaves no partial file, and processes writing the same path at once (sweep or
+    test workers filling one cache) each rename a whole file of their own."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        if isinstance(data, str):
+            tmp.write_text(data)
+        else:
+            tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def work_dir(kind: str) -> Path:

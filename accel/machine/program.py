@@ -24,7 +24,6 @@ from __future__ import annotations
 import functools
 import json
 import operator
-import os
 import struct
 import zlib
 from collections.abc import Iterable, Sequence
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from accel.machine.cache import write_atomic
 from accel.machine.config import ConfigError, HwConfig, load_config, shipped_configs
 from accel.machine.isa import (
     DEP_FLAGS,
@@ -248,15 +248,7 @@ class Program:
     def save(self, path: str | Path) -> None:
         """Write the binary program file (atomically: a failure leaves no partial file, and
         processes saving the same path at once each rename a whole file of their own)."""
-        path = Path(path)
-        data = self.to_bytes()
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_bytes(data)
-            tmp.replace(path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        write_atomic(Path(path), self.to_bytes())
 
     @classmethod
     def from_bytes(

@@ -25,12 +25,12 @@ integer graph is born fused); the residual ``add`` carries ``relu=True``.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import pickle
 
 import numpy as np
 
-from accel.machine.cache import cache_dir, code_version
+from accel.machine.cache import cache_dir, code_version, write_atomic
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import infer_types
 from compiler.graph.reference import conv2d_acc, dense_acc, requantize
@@ -235,11 +235,6 @@ def load_zoo(name: str, batch: int = 1, image_size: int = 224, seq_len: int = 12
     else:
         graph = vit(TRANSFORMERS[name], name, batch=batch)  # type: ignore[arg-type]
     if path is not None:
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process
-        try:
-            with tmp.open("wb") as f:
-                pickle.dump(graph, f, protocol=pickle.HIGHEST_PROTOCOL)
-            tmp.replace(path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            write_atomic(path, pickle.dumps(graph, protocol=pickle.HIGHEST_PROTOCOL))
     return graph
