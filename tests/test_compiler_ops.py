@@ -179,11 +179,12 @@ def test_conv2d_random_shapes_sim(config_name: str, case: dict[str, Any],
 
 def test_conv2d_lowering_errors_are_rare(tiny: HwConfig, cfg: HwConfig) -> None:
     """Over the hypothesis ranges, the heuristic finds a fitting tiling for (almost) every
-    layer on tiny and default; count the exceptions (the heuristic alone, no compilation)."""
+    layer on tiny and default; count the exceptions (the heuristic alone, no compilation:
+    about 0.15 s a layer and config, so 100 layers)."""
     rng = np.random.default_rng(7)
     failures: collections.Counter[str] = collections.Counter()
     drawn = 0
-    while drawn < 300:
+    while drawn < 100:
         n, cin, cout = (int(v) for v in rng.integers(1, [4, 71, 71]))
         h, w, kh, kw = (int(v) for v in rng.integers(1, [21, 21, 6, 6]))
         s, p = int(rng.integers(1, 4)), int(rng.integers(0, 4))

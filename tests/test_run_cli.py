@@ -28,9 +28,13 @@ def test_run_resnet18_small_image_on_fsim_is_bit_exact(capsys: pytest.CaptureFix
     assert "and the final output are bit-exact with the numpy reference network" in out
 
 
+SMALL = 16
+"""The image size of the report-file test: ResNet-18 on tiny, every file and unit checked."""
+
+
 def test_run_writes_report_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out_dir = tmp_path / "out"
-    assert main(["run", "resnet18", "--image-size", "32", "--config", "tiny",
+    assert main(["run", "resnet18", "--image-size", str(SMALL), "--config", "tiny",
                  "--out", str(out_dir)]) == 0
     text = capsys.readouterr().out
     report = json.loads((out_dir / "report.json").read_text())
@@ -109,7 +113,7 @@ def check_layer_units(out_dir: Path, report: dict[str, Any], table: str) -> None
     # .residual): every accelerator layer has MACs; the pooling layers have none.
     assert any(r["op"] == "conv2d_add" and r["target"] == "accel" for r in rows)
     conv = next(r for r in rows if r["op"] == "conv2d" and r["target"] == "accel")
-    op = accel.compile("resnet18", "tiny", image_size=32).compiled[conv["name"]]
+    op = accel.compile("resnet18", "tiny", image_size=SMALL).compiled[conv["name"]]
     stats = accel.run_program(op.program, op.dram(), backend="sim").stats
     assert float(conv["dram_kib"]) == (sum(stats.dram_loaded.values()) + stats.dram_stored) / 1024
     head = table.splitlines()[0].split()
