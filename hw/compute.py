@@ -475,8 +475,10 @@ class Compute(wiring.Component):
         Tokens pushed (``push_prev`` to load, ``push_next`` to store).
     c2l_room, c2s_room : In
         ``room`` of the queues this module feeds.
-    c2s_hold, c2s_release : Out
-        The ``c2s`` token pushed with a blocked ``c2l`` push is invisible / becomes visible.
+    c2l_room_next : In
+        ``room_next`` of the ``c2l`` queue (the ``c2s`` hold ends when ``c2l`` has room).
+    c2s_hold : Out
+        The ``c2s`` token pushed with a blocked ``c2l`` push is invisible (a register).
     dram : Out(DramPort)
         DRAM reads of LOAD UOP / LOAD ACC.
     rd_inp, rd_wgt : Out(BufferRead)
@@ -505,8 +507,8 @@ class Compute(wiring.Component):
             "c2s": Out(token_stream()),
             "c2l_room": In(1),
             "c2s_room": In(1),
+            "c2l_room_next": In(1),
             "c2s_hold": Out(1),
-            "c2s_release": Out(1),
             "dram": Out(dram_port(params)),
             "rd_inp": Out(BufferRead(params.buffers["inp"])),
             "rd_wgt": Out(BufferRead(params.buffers["wgt"])),
@@ -632,8 +634,8 @@ class Compute(wiring.Component):
         m.d.comb += [
             ctrl.push_prev_room.eq(self.c2l_room),
             ctrl.push_next_room.eq(self.c2s_room),
+            ctrl.push_prev_room_next.eq(self.c2l_room_next),
             self.c2s_hold.eq(ctrl.hold),
-            self.c2s_release.eq(ctrl.release),
         ]
         return ctrl, eng, uop_buf, acc_buf, core
 

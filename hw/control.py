@@ -15,8 +15,10 @@ The cycle behaviour is the timing simulator's (``sim.timing._Unit.run``):
    simulator (``sim.timing.TimingSimulator.put``) - and takes its next instruction then.
 
 Of two pushes (compute's ``push_prev`` and ``push_next``) the second is only logically made once
-the first is accepted: its token is ``hold`` (invisible) until then and ``release``-d in the cycle
-the first is accepted.
+the first is accepted: its token is ``hold`` (invisible) until then. ``hold`` is a register,
+formed from the first queue's ``room_next`` (its ``room`` in the next cycle), so that the second
+queue's consumer does not wait on the first queue through this module's logic in the same
+cycle.
 
 No combinational path runs from one module's handshakes to another's: a module sees the other
 modules only through registered queue levels and valid flags.
@@ -33,6 +35,12 @@ from amaranth.lib.wiring import In, Out
 from hw.queues import token_stream
 
 __all__ = ["DepControl"]
+
+
+def _kept(name: str) -> Signal:
+    """A 1-bit wire that synthesis keeps (Yosys ``keep``): the logic behind it is mapped as
+    its own cone, not merged into the logic that reads it."""
+    return Signal(name=name, attrs={"keep": 1})
 
 _POPS = ("pop_prev", "pop_next")
 _PUSHES = ("push_prev", "push_next")
@@ -90,8 +98,10 @@ class DepControl(wiring.Component):
         One per honoured push flag.
     <push>_room : In
         That queue's registered ``room`` (``TokenQueue.room``: at most ``D`` tokens).
-    hold, release : Out
-        With two pushes: the second push's token is invisible / becomes visible now.
+    push_prev_room_next : In
+        With two pushes: the first push's queue's ``room_next`` (``TokenQueue.room_next``).
+    hold : Out
+        With two pushes: the second push's token is invisible in this cycle (a register).
     """
 
     def __init__(self, insn_layout: data.Layout, pops: tuple[str, ...],
@@ -135,8 +145,8 @@ class DepControl(wiring.Component):
             members[name] = Out(token_stream())
             members[f"{name}_room"] = In(1)
         if len(self._pushes) == 2:
-            members["hold"] = Out(1)
-            members["release"] = Out(1)
+            members["push_prev_room_next"] = In(1)
+            members["hold"] = Out(1, init=0)
         super().__init__(members)
 
     @property
@@ -154,55 +164,65 @@ class DepControl(wiring.Component):
         executing = Signal()
         need = {name: Signal(name=f"need_{name}") for name in self._pops}
         pend = {name: Signal(name=f"pend_{name}") for name in self._pushes}
+        # The handshakes below are written as flat sums of products over registers, each
+        # product a kept wire (``keep``: the synthesis tool maps it alone and does not merge
+        # it into its users), so that the queues' ``room`` registers reach the pops' ``ready``
+        # and ``start`` through two LUT levels at most: these paths run from one token queue
+        # through this module into another, across the chip, and the tool, which does not see
+        # the routing, otherwise trades their depth for area.
         ok = {}
+        all_ok: object = 1
         for name in self._pushes:
             ok[name] = Signal(name=f"ok_{name}")
             m.d.comb += ok[name].eq(~pend[name] | getattr(self, f"{name}_room"))
-        idle = Signal()
-        free = Signal()
-        all_ok: object = 1
-        for name in self._pushes:
             all_ok = all_ok & ok[name]
+        ok_all = _kept("ok_all")            # the previous instruction's pushes are accepted
+        idle_valid = Signal()               # nothing held or running, an instruction waits
         m.d.comb += [
-            idle.eq(~executing & ~has_insn),
-            free.eq(idle & all_ok),
+            ok_all.eq(all_ok),
+            idle_valid.eq(~executing & ~has_insn & self.cmd.valid),
         ]
         take = Signal()
         m.d.comb += [
-            self.cmd.ready.eq(free),
-            take.eq(free & self.cmd.valid),
+            self.cmd.ready.eq(~executing & ~has_insn & ok_all),
+            take.eq(idle_valid & ok_all),
             # The instruction that starts if ``start`` rises: the held one, else the queue's
             # head. It does not depend on ``take``, which comes late in the cycle.
             self.insn.eq(Mux(has_insn, insn_q, self.cmd.payload)),
         ]
         header = self.cmd.payload.mem
 
+        # Pops in order, each as soon as its token is there and the ones before it are done:
+        # the taken instruction's (``take``: the queue's head) or the held one's (``need``).
+        # ``fire`` is ``want & valid & done-before`` with ``want = take ? header : held``,
+        # written as ``valid & (ok_all & hdr_go | held_go)`` (``take`` and ``has_insn``
+        # exclude each other).
         fire: dict[str, object] = {}
-        before_done: object = 1
+        hdr_ok: object = 1                  # the header's pops so far have their tokens
+        held_ok: object = 1                 # the held instruction's likewise
         for name in self._pops:
-            want = Signal(name=f"want_{name}")
-            m.d.comb += want.eq(Mux(take, getattr(header, name), has_insn & need[name]))
             stream_in = getattr(self, name)
+            hdr_go, held_go = _kept(f"hdr_go_{name}"), _kept(f"held_go_{name}")
             fire[name] = Signal(name=f"fire_{name}")
+            want = Signal(name=f"want_{name}")
             m.d.comb += [
-                fire[name].eq(want & stream_in.valid & before_done),
+                hdr_go.eq(idle_valid & getattr(header, name) & hdr_ok),
+                held_go.eq(has_insn & need[name] & held_ok),
+                fire[name].eq(stream_in.valid & ((ok_all & hdr_go) | held_go)),
                 stream_in.ready.eq(fire[name]),
+                want.eq(Mux(take, getattr(header, name), has_insn & need[name])),
             ]
-            done = Signal(name=f"done_{name}")
-            m.d.comb += done.eq(before_done & (~want | stream_in.valid))
             fire[f"{name}:want"] = want
-            before_done = done
-        # ``start`` is the same as ``(take | has_insn) & done`` of the last pop, written as two
-        # flat products (``take`` and ``has_insn`` exclude each other), so that it does not
-        # wait for ``want`` and the chain of pops: its fan-out is the decode logic of the
-        # module, and it bounds the clock.
-        hdr_ok: object = 1
-        held_ok: object = 1
-        for name in self._pops:
-            valid = getattr(self, name).valid
-            hdr_ok = hdr_ok & (~getattr(header, name) | valid)
-            held_ok = held_ok & (~need[name] | valid)
-        m.d.comb += self.start.eq((take & hdr_ok) | (has_insn & held_ok))
+            hdr_ok = hdr_ok & (~getattr(header, name) | stream_in.valid)
+            held_ok = held_ok & (~need[name] | stream_in.valid)
+        # ``start`` is ``(take | has_insn) & done`` of the last pop, in the same flat form: its
+        # fan-out is the decode logic of the module, and it bounds the clock.
+        hdr_start, held_start = _kept("hdr_start"), _kept("held_start")
+        m.d.comb += [
+            hdr_start.eq(idle_valid & hdr_ok),
+            held_start.eq(has_insn & held_ok),
+            self.start.eq((ok_all & hdr_start) | held_start),
+        ]
 
         with m.If(take):
             m.d.sync += [insn_q.eq(self.cmd.payload), has_insn.eq(1)]
@@ -216,7 +236,7 @@ class DepControl(wiring.Component):
                 # instruction's bits, rather than ``start`` and the condition on the picked
                 # bits (one gate and a multiplexer later).
                 m.d.comb += getattr(self, f"start_{name}").eq(
-                    (take & hdr_ok & when(self.cmd_pre)) | (has_insn & held_ok & when(pre_q)))
+                    (ok_all & hdr_start & when(self.cmd_pre)) | (held_start & when(pre_q)))
         for name in self._pops:
             m.d.sync += need[name].eq(fire[f"{name}:want"] & ~fire[name])
         with m.If(self.start):
@@ -245,8 +265,10 @@ class DepControl(wiring.Component):
             ]
             m.d.sync += pend[name].eq(Mux(pushing[name], 1, pend[name] & ~ok[name]))
         if len(self._pushes) == 2:
-            hold = Signal()
+            # The second token is invisible from the cycle after both pushes until the first
+            # push is accepted: in a cycle where it is pending (``pend``, set by both pushes
+            # and kept while it waits) and its queue has no room. ``pend`` holds whenever the
+            # hold does, so that is ``hold`` and'ed with the queue's next ``room``.
             both = pushing["push_prev"] & pushing["push_next"]
-            m.d.sync += hold.eq(Mux(both, 1, hold & ~ok["push_prev"]))
-            m.d.comb += [self.hold.eq(hold), self.release.eq(hold & ok["push_prev"])]
+            m.d.sync += self.hold.eq((both | self.hold) & ~self.push_prev_room_next)
         return m

@@ -188,8 +188,11 @@ class TokenQueue(wiring.Component):
     """A dependency-token queue: a counter of ``0 .. depth + 1`` tokens.
 
     A producer may push a token it has not logically put yet (the second push of an instruction
-    whose first push is blocked): it raises ``hold`` while that token must stay invisible and
-    ``release`` in the cycle it becomes visible.
+    whose first push is blocked): it raises ``hold``, a register of its own, in every cycle in
+    which that newest token must stay invisible, and lowers it in the cycle the token becomes
+    visible. ``pop.valid`` is then a function of registers alone, so that the producer's
+    other queue (whose ``room`` ends the hold) reaches this queue's consumer through no logic
+    of the producer's.
 
     Parameters
     ----------
@@ -203,13 +206,14 @@ class TokenQueue(wiring.Component):
     pop : Out(token stream)
         To the consumer; ``valid`` while a visible token is present.
     hold : In
-        The newest token is not visible yet.
-    release : In
-        The held token becomes visible in this cycle.
+        The newest token is not visible in this cycle.
     level : Out
         Tokens held, including a held one.
     room : Out
         ``level <= depth``: a pending push is accepted now.
+    room_next : Out
+        ``room``'s value in the next cycle (the register's input), for a producer that forms
+        a register from it (the other push's ``hold``).
     """
 
     def __init__(self, depth: int) -> None:
@@ -218,9 +222,9 @@ class TokenQueue(wiring.Component):
             "push": In(token_stream()),
             "pop": Out(token_stream()),
             "hold": In(1),
-            "release": In(1),
             "level": Out(range(depth + 2)),
             "room": Out(1, init=1),
+            "room_next": Out(1),
         })
 
     @property
@@ -236,15 +240,16 @@ class TokenQueue(wiring.Component):
         m.d.comb += [
             self.push.ready.eq(1),
             pushed.eq(self.push.valid),
-            self.pop.valid.eq(Mux(self.hold, several | self.release, some)),
+            self.pop.valid.eq(Mux(self.hold, several, some)),
             popped.eq(self.pop.valid & self.pop.ready),
         ]
         # The flags are registered, formed from the next level.
         up, down = pushed & ~popped, popped & ~pushed
+        m.d.comb += self.room_next.eq(_next_at_most(self.level, up, down, self._depth))
         m.d.sync += [
             self.level.eq(_next_level(self.level, up, down)),
             some.eq(_next_at_least(self.level, up, down, 1)),
             several.eq(_next_at_least(self.level, up, down, 2)),
-            self.room.eq(_next_at_most(self.level, up, down, self._depth)),
+            self.room.eq(self.room_next),
         ]
         return m

@@ -124,11 +124,11 @@ class Accelerator(wiring.Component):
             store.s2c_room.eq(tq["s2c"].room),
             compute.c2l_room.eq(tq["c2l"].room),
             compute.c2s_room.eq(tq["c2s"].room),
+            compute.c2l_room_next.eq(tq["c2l"].room_next),
             tq["c2s"].hold.eq(compute.c2s_hold),
-            tq["c2s"].release.eq(compute.c2s_release),
         ]
         for name in ("l2c", "c2l", "s2c"):
-            m.d.comb += [tq[name].hold.eq(0), tq[name].release.eq(0)]
+            m.d.comb += tq[name].hold.eq(0)
 
         for name, unit in (("fetch", fetch), ("load", load), ("compute", compute),
                            ("store", store)):

@@ -500,7 +500,7 @@ def test_token_queue_counts_and_holds() -> None:
         await ctx.tick()
         assert ctx.get(dut.level) == 1
         assert not ctx.get(dut.pop.valid)              # only the held one is left
-        ctx.set(dut.release, 1)
+        ctx.set(dut.hold, 0)                           # it becomes visible
         assert ctx.get(dut.pop.valid)
         await ctx.tick()
         assert ctx.get(dut.level) == 0
