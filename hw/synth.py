@@ -300,9 +300,11 @@ def _cache_file(cfg: HwConfig, target: str) -> Path:
     return work_dir("synth") / f"{cfg.name}__{target}.json"
 
 
-def _design_cache_file(digest: str, target: str) -> Path:
-    """Resources of one design (no place and route), whichever config named it."""
-    return work_dir("synth/design") / f"{digest}__{target}.json"
+def _design_cache_file(digest: str, target: str) -> Path | None:
+    """Resources of one design (no place and route), whichever config named it; None when
+    caching is off."""
+    folder = cache_dir("synth/design")
+    return None if folder is None else folder / f"{digest}__{target}.json"
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -375,8 +377,8 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         return _synthesize(cfg, target, digest, pnr=True, **run)
     # Two processes asking for one design (sweep workers on configs that differ only in the
     # DRAM's latency) synthesise it once: the second waits and reads the first's report.
-    with file_lock(shared.with_suffix(".lock") if cache_dir("synth") else None):
-        if use_cache and shared.exists():
+    with file_lock(None if shared is None else shared.with_suffix(".lock")):
+        if use_cache and shared is not None and shared.exists():
             try:
                 data = json.loads(shared.read_text())
             except (OSError, ValueError):
@@ -413,7 +415,9 @@ def _synthesize(cfg: HwConfig, target: str, digest: str, *, pnr: bool, workdir: 
         report = _report_from_cells(cfg, target, parse_stat((work / "stat.txt").read_text()))
         report.design_hash = digest
         report.seconds = round(time.perf_counter() - t0, 1)
-        _write_json(_design_cache_file(digest, target), report.to_dict())
+        shared = _design_cache_file(digest, target)
+        if shared is not None:
+            _write_json(shared, report.to_dict())
         if pnr:
             try:
                 routed = _place_and_route(cfg, work, device, seed, timing_placer, pnr_timeout)
