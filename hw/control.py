@@ -197,22 +197,22 @@ class DepControl(wiring.Component):
         # ``fire`` is ``want & valid & done-before`` with ``want = take ? header : held``,
         # written as ``valid & (ok_all & hdr_go | held_go)`` (``take`` and ``has_insn``
         # exclude each other).
-        fire: dict[str, object] = {}
+        fire: dict[str, Signal] = {}
+        want: dict[str, Signal] = {}
         hdr_ok: object = 1                  # the header's pops so far have their tokens
         held_ok: object = 1                 # the held instruction's likewise
         for name in self._pops:
             stream_in = getattr(self, name)
             hdr_go, held_go = _kept(f"hdr_go_{name}"), _kept(f"held_go_{name}")
             fire[name] = Signal(name=f"fire_{name}")
-            want = Signal(name=f"want_{name}")
+            want[name] = Signal(name=f"want_{name}")
             m.d.comb += [
                 hdr_go.eq(idle_valid & getattr(header, name) & hdr_ok),
                 held_go.eq(has_insn & need[name] & held_ok),
                 fire[name].eq(stream_in.valid & ((ok_all & hdr_go) | held_go)),
                 stream_in.ready.eq(fire[name]),
-                want.eq(Mux(take, getattr(header, name), has_insn & need[name])),
+                want[name].eq(Mux(take, getattr(header, name), has_insn & need[name])),
             ]
-            fire[f"{name}:want"] = want
             hdr_ok = hdr_ok & (~getattr(header, name) | stream_in.valid)
             held_ok = held_ok & (~need[name] | stream_in.valid)
         # ``start`` is ``(take | has_insn) & done`` of the last pop, in the same flat form: its
@@ -238,7 +238,7 @@ class DepControl(wiring.Component):
                 m.d.comb += getattr(self, f"start_{name}").eq(
                     (ok_all & hdr_start & when(self.cmd_pre)) | (held_start & when(pre_q)))
         for name in self._pops:
-            m.d.sync += need[name].eq(fire[f"{name}:want"] & ~fire[name])
+            m.d.sync += need[name].eq(want[name] & ~fire[name])
         with m.If(self.start):
             m.d.sync += has_insn.eq(0)
         # The held instruction stays; the queue's head changes only when it is taken (then it
