@@ -658,6 +658,7 @@ class Compute(wiring.Component):
             # load engine's state, request and address enables: the control forms the LOAD's
             # start as its own two products rather than ``start`` and'ed with the flag.
             eng.start.eq(ctrl.start_load),                # start & is_load
+            eng.idle.eq(~ctrl.busy),
             eng.insn.eq(insn.mem),
             self.finish.eq(start & pre.finish),
         ]

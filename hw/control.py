@@ -65,6 +65,13 @@ class DepControl(wiring.Component):
         With ``pre_bits``: named functions of an instruction's predecoded bits (each a 1-bit
         value); ``start_<name>`` is then ``start`` of an instruction for which that one holds,
         formed as early in the cycle as ``start`` itself.
+    single_pre
+        With ``pre_bits``: the predecoded bit 0 says that an instruction ends in its decode
+        cycle (the load and store modules' zero-size LOAD or STORE). There is then no
+        ``single`` port, and a push in the decode cycle is formed, as ``start`` is, from the
+        queue's head and the held instruction separately (a sum of kept products), not
+        through ``start``: a token queue's level is then two LUT levels from this module's
+        registers and the popped queue's flags.
 
     Ports
     -----
@@ -87,11 +94,16 @@ class DepControl(wiring.Component):
     single : In
         From the module: ``insn`` takes one cycle (if it starts now, this is also its last);
         a function of ``insn`` only, so a push in the decode cycle waits on ``start`` through
-        one gate.
+        one gate. Absent with ``single_pre``, where it is the predecoded bit 0 instead.
     last : In
         From the engine: the last cycle of an instruction that started in an earlier cycle.
     retire : Out
         The last cycle of an instruction (``start & single``, or ``last``).
+    busy : Out
+        An instruction runs past its decode cycle (a register: from the cycle after its
+        ``start`` to its ``last``); low in every decode cycle. An engine may load the
+        registers it decodes an instruction into in every cycle this is low (see
+        :class:`hw.dma.LoadEngine`), which keeps them off ``start``'s fan-out.
     <pop> : In(token stream)
         One per honoured pop flag.
     <push> : Out(token stream)
@@ -106,7 +118,8 @@ class DepControl(wiring.Component):
 
     def __init__(self, insn_layout: data.Layout, pops: tuple[str, ...],
                  pushes: tuple[str, ...], token_depth: int, pre_bits: int = 0,
-                 start_when: Mapping[str, Callable[[Value], Value]] | None = None) -> None:
+                 start_when: Mapping[str, Callable[[Value], Value]] | None = None,
+                 single_pre: bool = False) -> None:
         for name in pops:
             if name not in _POPS:
                 raise ValueError(f"pops must be a subset of {_POPS}, not {pops!r}")
@@ -125,15 +138,20 @@ class DepControl(wiring.Component):
             if not name.isidentifier():
                 raise ValueError(f"start_when names must be identifiers, not {name!r}")
         self._start_when = start_when
+        if single_pre and not pre_bits:
+            raise ValueError("single_pre needs predecoded bits (pre_bits > 0)")
+        self._single_pre = single_pre
         members: dict[str, object] = {
             "cmd": In(stream.Signature(insn_layout)),
             "insn": Out(insn_layout),
             "start": Out(1),
             "seen": Out(1),
-            "single": In(1),
             "last": In(1),
             "retire": Out(1),
+            "busy": Out(1),
         }
+        if not single_pre:
+            members["single"] = In(1)
         if pre_bits:
             members["cmd_pre"] = In(pre_bits)
             members["insn_pre"] = Out(pre_bits)
@@ -241,28 +259,42 @@ class DepControl(wiring.Component):
             m.d.sync += need[name].eq(want[name] & ~fire[name])
         with m.If(self.start):
             m.d.sync += has_insn.eq(0)
+        single = self.insn_pre[0] if self._single_pre else self.single
         # The held instruction stays; the queue's head changes only when it is taken (then it
         # is held) or when the queue was empty.
         m.d.sync += self.seen.eq((has_insn | self.cmd.valid) & ~self.start)
-        m.d.sync += executing.eq(Mux(self.start, ~self.single, executing & ~self.last))
-        m.d.comb += self.retire.eq((self.start & self.single) | self.last)
+        m.d.sync += executing.eq(Mux(self.start, ~single, executing & ~self.last))
+        m.d.comb += [self.retire.eq((self.start & single) | self.last),
+                     self.busy.eq(executing)]
 
-        running = Signal(self._layout)       # the instruction after its start cycle
-        with m.If(self.start):
+        # The instruction after its start cycle: loaded while none runs, so in its decode
+        # cycle too, and read only in a ``last`` cycle, which is never a decode cycle.
+        running = Signal(self._layout)
+        with m.If(~executing):
             m.d.sync += running.eq(self.insn)
         # A push in the decode cycle (a one-cycle instruction) is ``start`` and'ed with flags
         # of ``insn``; a later one comes from the engine's ``last`` and the running
         # instruction. ``start`` comes late in the cycle and the pushes feed the token queues'
-        # registered flags.
+        # registered flags. With ``single_pre`` the first term is written, as ``start`` is, as
+        # the sum of the queue's head's and the held instruction's products, each kept.
         pushing = {}
         for name in self._pushes:
             pushing[name] = Signal(name=f"pushing_{name}")
-            now = Signal(name=f"{name}_now")
-            m.d.comb += [
-                now.eq(self.single & getattr(self.insn.mem, name)),
-                pushing[name].eq((self.start & now) | (self.last & getattr(running.mem, name))),
-                getattr(self, name).valid.eq(pushing[name]),
-            ]
+            later = self.last & getattr(running.mem, name)
+            if self._single_pre:
+                hdr_push, held_push = _kept(f"hdr_{name}"), _kept(f"held_{name}")
+                m.d.comb += [
+                    hdr_push.eq(idle_valid & hdr_ok & self.cmd_pre[0] & getattr(header, name)),
+                    held_push.eq(has_insn & held_ok & pre_q[0] & getattr(insn_q.mem, name)),
+                    pushing[name].eq((ok_all & hdr_push) | held_push | later),
+                ]
+            else:
+                now = Signal(name=f"{name}_now")
+                m.d.comb += [
+                    now.eq(single & getattr(self.insn.mem, name)),
+                    pushing[name].eq((self.start & now) | later),
+                ]
+            m.d.comb += getattr(self, name).valid.eq(pushing[name])
             m.d.sync += pend[name].eq(Mux(pushing[name], 1, pend[name] & ~ok[name]))
         if len(self._pushes) == 2:
             # The second token is invisible from the cycle after both pushes until the first

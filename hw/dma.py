@@ -85,6 +85,7 @@ class _Engine(wiring.Component):
         self._p = params
         members.update({
             "start": In(1),
+            "idle": In(1),
             "insn": In(params.formats[opcode]),
             "last": Out(1),
             "dram": Out(dram_port(params)),
@@ -158,7 +159,7 @@ class _Engine(wiring.Component):
                          & (insn.x_stride == insn.x_size) & whole_beats),
         ]
         merge = Signal()            # the run's first setup cycle: the rows merge
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += [
                 r.run_dram.eq(base_now),
                 r.addr.eq(base_now),
@@ -171,8 +172,9 @@ class _Engine(wiring.Component):
                 r.first_more.eq(long_row),
                 r.runs_left.eq(insn.y_size),
                 r.last_run.eq(insn.y_size == 1),
-                s["done"].eq(s["zero"]),
             ]
+        with m.If(self.start):
+            m.d.sync += s["done"].eq(s["zero"])
         m.d.sync += merge.eq(self.start & ~s["zero"] & merge_now)
         # The setup: none, a merged run's length, a STORE ACC's stream, or the longer of both.
         post = Const(0) if post_now is None else post_now
@@ -201,7 +203,7 @@ class _Engine(wiring.Component):
         # The instruction's sizes, registered at decode (the run's setup reads no late input).
         y_q, x_q = Signal(cfg.isa.size_bits), Signal(cfg.isa.size_bits)
         shift_q = Signal(4)
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += [y_q.eq(self.insn.y_size), x_q.eq(self.insn.x_size)]
             for i, sh in enumerate(shifts):
                 with m.If(pick == i):
@@ -286,7 +288,7 @@ class _Engine(wiring.Component):
                 m.d.comb += more_last.eq(fits(elems, g, 2))
         m.d.comb += [out.row_end.eq(self.dram.rsp_valid & completes & last_elems),
                      out.all_end.eq(out.row_end & last_row)]
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += [elems.eq(insn.x_size), last_elems.eq(x_last_now),
                          x_size_q.eq(insn.x_size), x_last_q.eq(x_last_now),
                          rows.eq(insn.y_size), last_row.eq(insn.y_size == 1)]
@@ -387,6 +389,14 @@ class LoadEngine(_Engine):
     -----
     start : In
         Decode cycle of a LOAD (``insn`` valid).
+    idle : In
+        No instruction of the module runs (``DepControl.busy`` low; every decode cycle is
+        such a cycle). The registers the engine decodes an instruction into (addresses,
+        sizes, strides, the padded block) load in every idle cycle, so that they hold the
+        decoded instruction's values from the cycle after its decode on; ``start`` enables
+        only those that begin the run (the request's ``asking`` and ``done``, the setup
+        countdowns, the state), which keeps its fan-out, the end of the module's issue
+        path, small.
     insn : In
         The LOAD instruction (memory-instruction layout).
     last : Out
@@ -447,7 +457,7 @@ class LoadEngine(_Engine):
         for i, t in enumerate(self._targets):
             with m.If(insn.mem_type == int(t)):
                 m.d.comb += t_now.eq(i)
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += tsel.eq(t_now)
         return t_now, tsel
 
@@ -478,7 +488,7 @@ class LoadEngine(_Engine):
         base_x = Signal(addr_bits)
         no_pad = Signal()
         m.d.comb += cols_now.eq(insn.x_pad_0 + insn.x_size + insn.x_pad_1)
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += [
                 fields.eq(insn),
                 cols.eq(cols_now),
@@ -697,7 +707,7 @@ class LoadEngine(_Engine):
         elements, both it and ``row_sram`` to the next row at a row's end; the beat count
         restarts at decode."""
         row_sram, elem_ptr, cols = blk.row_sram, blk.elem_ptr, blk.cols
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += beats.beat_in_elem.eq(0)
         with m.If(rows.row_end):
             m.d.sync += [row_sram.eq(row_sram + cols), elem_ptr.eq(row_sram + cols)]
@@ -716,7 +726,7 @@ class StoreEngine(_Engine):
 
     Ports
     -----
-    start, insn, last, dram
+    start, idle, insn, last, dram
         As for :class:`LoadEngine` (write requests; ``insn`` in the STORE format).
     rd : Out(BufferRead)
         Out-buffer reads, one element ahead of the beat that sends it.
@@ -776,7 +786,7 @@ class StoreEngine(_Engine):
         # Read ahead: the port shows the element of the next beat (from the cycle after decode;
         # the first beat comes later still).
         m.d.comb += self.rd.addr.eq(nxt)
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += [elem_ptr.eq(insn.sram_base), beat_in_elem.eq(0)]
         with m.Else():
             m.d.sync += elem_ptr.eq(nxt)
@@ -816,7 +826,7 @@ class StoreEngine(_Engine):
             stream.clip_hi.eq(insn.clip_hi),
             stream.take.eq(Mux(took & post_q, step, 0)),
         ]
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += post_q.eq(is_post)
         source = Signal.like(out_data, name="store_source")
         m.d.comb += source.eq(Mux(post_q, stream.data, out_data))

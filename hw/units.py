@@ -68,7 +68,7 @@ class LoadUnit(wiring.Component):
         p = self._p
         m.submodules.control = ctrl = DepControl(
             p.insn_layout, pops=("pop_next",), pushes=("push_next",), token_depth=p.token_depth,
-            pre_bits=1)
+            pre_bits=1, single_pre=True)
         m.submodules.engine = eng = LoadEngine(p, (MemType.INP, MemType.WGT))
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
         wiring.connect(m, wiring.flipped(self.c2l), ctrl.pop_next)
@@ -79,9 +79,9 @@ class LoadUnit(wiring.Component):
         m.d.comb += [
             ctrl.push_next_room.eq(self.l2c_room),
             eng.start.eq(ctrl.start),
+            eng.idle.eq(~ctrl.busy),
             eng.insn.eq(ctrl.insn.mem),
             ctrl.cmd_pre.eq(self.cmd_pre),
-            ctrl.single.eq(ctrl.insn_pre),
             ctrl.last.eq(eng.last),
             self.issue.eq(ctrl.start),
             self.retire.eq(ctrl.retire),
@@ -142,7 +142,7 @@ class StoreUnit(wiring.Component):
         p = self._p
         m.submodules.control = ctrl = DepControl(
             p.insn_layout, pops=("pop_prev",), pushes=("push_prev",), token_depth=p.token_depth,
-            pre_bits=1)
+            pre_bits=1, single_pre=True)
         m.submodules.engine = eng = StoreEngine(p)
         wiring.connect(m, wiring.flipped(self.cmd), ctrl.cmd)
         wiring.connect(m, wiring.flipped(self.c2s), ctrl.pop_prev)
@@ -154,9 +154,9 @@ class StoreUnit(wiring.Component):
         m.d.comb += [
             ctrl.push_prev_room.eq(self.s2c_room),
             eng.start.eq(ctrl.start),
+            eng.idle.eq(~ctrl.busy),
             eng.insn.eq(ctrl.insn.store),
             ctrl.cmd_pre.eq(self.cmd_pre),
-            ctrl.single.eq(ctrl.insn_pre),
             ctrl.last.eq(eng.last),
             self.issue.eq(ctrl.start),
             self.retire.eq(ctrl.retire),

@@ -253,6 +253,46 @@ def test_dep_control_start_when_is_start_of_the_instructions_it_names(tiny: HwCo
     assert seen_b[True] > 10 and seen_b[False] > 10
 
 
+def test_dep_control_single_pre_pushes_as_start_and_single(tiny: HwConfig) -> None:
+    """With ``single_pre`` (no ``single`` port: the predecoded bit 0 is it), the push is
+    ``start & insn_pre[0] & insn.push_prev`` in a decode cycle and ``last`` with the running
+    instruction's flag later, in every cycle under random queues, tokens and room; ``busy``
+    is high from the cycle after a multi-cycle instruction's start to its ``last``."""
+    p = RtlParams.of(tiny)
+    dut = DepControl(p.insn_layout, pops=("pop_prev",), pushes=("push_prev",), token_depth=2,
+                     pre_bits=1, single_pre=True)
+    assert not hasattr(dut, "single")
+    rng = np.random.default_rng(4)
+    pushed = {"decode": 0, "later": 0}
+
+    async def bench(ctx: object) -> None:
+        running, busy = 0, 0
+        for _ in range(800):
+            ctx.set(dut.cmd.valid, int(rng.random() < 0.6))
+            ctx.set(dut.cmd.payload.as_value(), int(rng.integers(0, 2**63)))
+            ctx.set(dut.cmd_pre, int(rng.random() < 0.5))
+            ctx.set(dut.pop_prev.valid, int(rng.random() < 0.6))
+            ctx.set(dut.push_prev_room, int(rng.random() < 0.7))
+            ctx.set(dut.last, int(busy and rng.random() < 0.3))
+            start, pre, last = ctx.get(dut.start), ctx.get(dut.insn_pre), ctx.get(dut.last)
+            flag = ctx.get(dut.insn.mem.push_prev)
+            now = bool(start and pre & 1 and flag)
+            want = now or bool(last and running)
+            assert ctx.get(dut.push_prev.valid) == want
+            assert ctx.get(dut.busy) == busy
+            assert ctx.get(dut.retire) == bool((start and pre & 1) or last)
+            pushed["decode"] += now
+            pushed["later"] += bool(last and running)
+            if start:
+                running, busy = flag, int(not pre & 1)
+            elif last:
+                busy = 0
+            await ctx.tick()
+
+    run_bench(dut, bench)
+    assert pushed["decode"] > 10 and pushed["later"] > 10     # both kinds of push were made
+
+
 def test_sram_buffer_write_register_lands_writes_a_cycle_later(tiny: HwConfig) -> None:
     """With ``write_register`` a write lands at the edge after the one it is presented at: a
     read presented in the next cycle still returns the old element, one in the cycle after
