@@ -698,6 +698,20 @@ class Compute(wiring.Component):
                                 ("dst_in", "dst_factor_in"), ("src_out", "src_factor_out"),
                                 ("src_in", "src_factor_in"))
         }
+        # ``bgn`` is the micro-op buffer's read address before decode (``_uop_read``), a block
+        # RAM's address port: the held instruction's is registered on its own, loaded while
+        # none is held (so in the cycle it is taken), so that the address depends on the
+        # queue's head, ``held`` and that register, not on the held instruction's predecoded
+        # bits through the control's multiplexers.
+        head_pre = Signal(COMPUTE_PRE)
+        head = self.cmd.payload
+        head_bgn = Signal(self._loop_widths()["bgn"], name="head_bgn")
+        held_bgn = Signal.like(head_bgn, name="held_bgn")
+        m.d.comb += [head_pre.eq(self.cmd_pre),
+                     head_bgn.eq(Mux(head_pre.alu, head.alu.uop_bgn, head.gemm.uop_bgn))]
+        with m.If(~ctrl.held):
+            m.d.sync += held_bgn.eq(head_bgn)
+        now["bgn"] = Mux(ctrl.held, held_bgn, head_bgn)
         now["wgt_out"] = Mux(is_alu_now, 0, g.wgt_factor_out)
         now["wgt_in"] = Mux(is_alu_now, 0, g.wgt_factor_in)
         now["alu"] = is_alu_now

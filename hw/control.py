@@ -99,6 +99,9 @@ class DepControl(wiring.Component):
         From the engine: the last cycle of an instruction that started in an earlier cycle.
     retire : Out
         The last cycle of an instruction (``start & single``, or ``last``).
+    held : Out
+        ``insn`` is an instruction taken in an earlier cycle and held (a register), not the
+        queue's head.
     busy : Out
         An instruction runs past its decode cycle (a register: from the cycle after its
         ``start`` to its ``last``); low in every decode cycle. An engine may load the
@@ -148,6 +151,7 @@ class DepControl(wiring.Component):
             "seen": Out(1),
             "last": In(1),
             "retire": Out(1),
+            "held": Out(1),
             "busy": Out(1),
         }
         if not single_pre:
@@ -265,6 +269,7 @@ class DepControl(wiring.Component):
         m.d.sync += self.seen.eq((has_insn | self.cmd.valid) & ~self.start)
         m.d.sync += executing.eq(Mux(self.start, ~single, executing & ~self.last))
         m.d.comb += [self.retire.eq((self.start & single) | self.last),
+                     self.held.eq(has_insn),
                      self.busy.eq(executing)]
 
         # The instruction after its start cycle: loaded while none runs, so in its decode
