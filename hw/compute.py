@@ -691,13 +691,6 @@ class Compute(wiring.Component):
         g, a = insn.gemm, insn.alu
         is_alu_now = Signal()
         m.d.comb += is_alu_now.eq(pre.alu)
-        now: dict[str, object] = {
-            name: Mux(is_alu_now, getattr(a, field), getattr(g, field))
-            for name, field in (("bgn", "uop_bgn"), ("end", "uop_end"), ("n_out", "iter_out"),
-                                ("n_in", "iter_in"), ("dst_out", "dst_factor_out"),
-                                ("dst_in", "dst_factor_in"), ("src_out", "src_factor_out"),
-                                ("src_in", "src_factor_in"))
-        }
         # ``bgn`` is the micro-op buffer's read address before decode (``_uop_read``), a block
         # RAM's address port: the held instruction's is registered on its own, loaded while
         # none is held (so in the cycle it is taken), so that the address depends on the
@@ -711,7 +704,14 @@ class Compute(wiring.Component):
                      head_bgn.eq(Mux(head_pre.alu, head.alu.uop_bgn, head.gemm.uop_bgn))]
         with m.If(~ctrl.held):
             m.d.sync += held_bgn.eq(head_bgn)
-        now["bgn"] = Mux(ctrl.held, held_bgn, head_bgn)
+        now: dict[str, object] = {
+            "bgn": Mux(ctrl.held, held_bgn, head_bgn),
+            **{name: Mux(is_alu_now, getattr(a, field), getattr(g, field))
+               for name, field in (("end", "uop_end"), ("n_out", "iter_out"),
+                                   ("n_in", "iter_in"), ("dst_out", "dst_factor_out"),
+                                   ("dst_in", "dst_factor_in"), ("src_out", "src_factor_out"),
+                                   ("src_in", "src_factor_in"))},
+        }
         now["wgt_out"] = Mux(is_alu_now, 0, g.wgt_factor_out)
         now["wgt_in"] = Mux(is_alu_now, 0, g.wgt_factor_in)
         now["alu"] = is_alu_now

@@ -126,8 +126,10 @@ class _Engine(wiring.Component):
 
     def _request_decode(self, m: Module, s: dict[str, Signal], r: _Request,
                         shifts: list[int], pick: object, post_now: object) -> Signal:
-        """The request side's registers loaded at decode (``start``): the first row's address,
-        length and stride, its first request and the rows to go; returns ``merge`` (the rows
+        """The request side's registers, which hold the decoded instruction's values from the
+        cycle after its decode (loaded while ``idle``; ``asking``, ``done`` and the countdown at
+        ``start``): the first row's address, length and stride, its first request and the rows
+        to go; returns ``merge`` (the rows
         merge: the request waits for the run's length). The first request waits
         ``costs.mem_setup_cycles`` after the decode (a countdown, ``setup``)."""
         p = self._p
