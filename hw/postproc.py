@@ -7,10 +7,11 @@ element ``min(max(acc >> shift, clip_lo), clip_hi)`` narrowed to ``store.out_bit
 store reads a copy of it (``hw.top``: written with every acc write). :class:`PostStream` reads it
 ``lanes`` elements a cycle (a beat's worth), in five register stages (the RAM's data twice, the
 shift, the clip, the queue's slot), into a small queue of out tiles that the store engine takes
-from as the beats go out. The RAM's clock-to-out, a 32-bit barrel shift and two 32-bit compares
-would not fit one cycle at 100 MHz on the ECP5-45F; hence the stages: the RAM's data reaches
-the shift from a fabric register, the clip's compares (on the low bits and a "fits" test, not
-32-bit carry chains) end in a register of their own (with three stages they went on through
+from as the beats go out. The RAM's clock-to-out, the shift and the clip's compares would not
+fit one cycle at 100 MHz on the ECP5-45F; hence the stages: the RAM's data reaches the shift
+from a fabric register, the shift keeps only what the clip needs (:func:`post_lane`), the
+clip's compares (on the low bits and a "fits" test, not 32-bit carry chains) end in a
+register of their own (with three stages they went on through
 the queue's slot multiplexers, 14-16 ns in a non-timing-driven routing of default_postproc),
 and a slot is picked from registers and the store's ``take`` alone.
 ``costs.POSTPROC_SETUP_CYCLES`` (``STAGES``): the instruction asks for the channel only once the
@@ -40,24 +41,56 @@ the shift, the clip, the slot): the setup a STORE ACC waits before its first req
 
 def post_lane(m: Module, word: object, shift: Signal, lo: Signal, hi: Signal, width: int,
               name: str) -> Signal:
-    """One 32-bit word: ``word >> shift`` (arithmetic) in a register, then clipped to
-    ``[lo, hi]`` and narrowed to ``width`` bits in the next (returned)."""
-    shifted = Signal(signed(32), name=f"{name}_shifted")
-    m.d.sync += shifted.eq(word.as_signed() >> shift)
-    # ``shifted > hi`` and ``shifted < lo`` without 32-bit compares: ``lo`` and ``hi`` are
-    # ``width``-bit numbers, so a word whose bits from ``width - 1`` up are not all equal (it
-    # does not fit) is above ``hi`` if positive and below ``lo`` if negative, and one that
-    # fits compares by its low ``width`` bits.
-    top = shifted[width - 1:]
-    fits = Signal(name=f"{name}_fits")
-    m.d.comb += fits.eq((top == 0) | (top == (1 << len(top)) - 1))
-    low = shifted[:width].as_signed()
-    sign = shifted[31]
-    above = Mux(fits, low > hi, ~sign)
-    below = Mux(fits, low < lo, sign)
+    """One 32-bit word, shifted right by ``shift`` (arithmetic), clipped to ``[lo, hi]`` and
+    narrowed to ``width`` bits, in two register stages (the second returned).
+
+    The first stage keeps what the clip needs of ``word >> shift``, not the whole word: its
+    low ``width`` bits (:func:`shift_low`), its sign and ``span``, how many of ``word``'s bits
+    from ``width - 1`` up differ from the sign (:func:`span_bits`). The shifted word fits
+    ``width`` bits when its bits from ``width - 1`` up all equal its sign, that is when
+    ``span <= shift``; a word that does not fit is above ``hi`` if positive and below ``lo``
+    if negative (``lo`` and ``hi`` are ``width``-bit numbers), and one that fits compares by
+    its low bits. So no stage has a 32-bit shifter, register or compare; with them, the lanes
+    were most of the stream's area (docs/notes/requantisation.md, "The lane's area")."""
+    low1 = Signal(width, name=f"{name}_low")
+    sign1 = Signal(name=f"{name}_sign")
+    span = span_bits(word, width)
+    span1 = Signal(range(33 - width), name=f"{name}_span")
+    m.d.sync += [low1.eq(shift_low(word, shift, width)), sign1.eq(word[31]), span1.eq(span)]
+    fits = span1 <= shift
+    low = low1.as_signed()
+    above = Mux(fits, low > hi, ~sign1)
+    below = Mux(fits, low < lo, sign1)
     out = Signal(width, name=f"{name}_out")
     m.d.sync += out.eq(Mux(above, hi, Mux(below, lo, low)))
     return out
+
+
+def shift_low(word: object, shift: Signal, width: int) -> object:
+    """The low ``width`` bits of ``word >> shift`` (32 bits, arithmetic, ``shift`` 5 bits): a
+    logarithmic shifter whose stages run from the largest amount down, so that each keeps only
+    the bits the later stages can still bring into the result (23, 15, 11, 9 and 8 for
+    ``width`` 8: 66 two-way multiplexers where the whole word takes 160)."""
+    bits = [word[i] for i in range(32)]
+    sign = word[31]
+    for k in reversed(range(len(shift))):
+        amount = 1 << k
+        keep = min(32, width + amount - 1)      # what the amounts 1 .. amount - 1 still reach
+        bits = [Mux(shift[k], bits[i + amount] if i + amount < len(bits) else sign, bits[i])
+                for i in range(keep)]
+    return Cat(*bits[:width])
+
+
+def span_bits(word: object, width: int) -> object:
+    """How many of ``word``'s bits ``width - 1`` .. 30 differ from its sign, counted from the
+    top: 0 when all equal it, else the position of the highest that differs, less
+    ``width - 2`` (1 for bit ``width - 1``, ``32 - width`` for bit 30)."""
+    top = 31 - (width - 1)                      # bits width-1 .. 30
+    differ = Cat(*(word[width - 1 + j] ^ word[31] for j in range(top)))
+    span = Const(0, range(top + 1))
+    for j in range(top):                        # the highest set bit wins (last assignment)
+        span = Mux(differ[j], j + 1, span)
+    return span
 
 
 class PostStream(wiring.Component):
