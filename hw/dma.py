@@ -809,9 +809,10 @@ class StoreEngine(_Engine):
         return m
 
     def _post_source(self, m: Module, out_data: Value, took: Value, step: Value) -> Signal:
-        """With ``store.postproc``: the stream of a STORE ACC (:class:`PostStream`), started at
-        its decode, and the beats' source: the stream's front while the running STORE is a
-        STORE ACC (``post_q``), the out buffer's read-ahead otherwise."""
+        """With ``store.postproc``: the stream of a STORE ACC (:class:`PostStream`), which takes
+        the fields of every STORE while the engine is idle, and the beats' source: the stream's
+        front while the running STORE is a STORE ACC (``post_q``), the out buffer's read-ahead
+        otherwise."""
         from hw.postproc import PostStream
 
         insn = self.insn
@@ -821,7 +822,7 @@ class StoreEngine(_Engine):
         is_post = Signal()
         m.d.comb += [
             is_post.eq(insn.mem_type == int(MemType.ACC)),
-            stream.start.eq(self.start & is_post),
+            stream.idle.eq(self.idle),
             stream.base.eq(insn.sram_base),
             stream.shift.eq(insn.shift),
             stream.clip_lo.eq(insn.clip_lo),

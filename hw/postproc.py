@@ -17,8 +17,8 @@ and a slot is picked from registers and the store's ``take`` alone.
 ``costs.POSTPROC_SETUP_CYCLES`` (``STAGES``): the instruction asks for the channel only once the
 first element can be in the queue.
 
-The stream reads on past the instruction's last element (what it reads there is dropped at the
-next decode); it never waits for anything but room in its queue, which it has whenever the
+The stream reads on past the instruction's last element (what it reads there is dropped when
+the engine goes idle); it never waits for anything but room in its queue, which it has whenever the
 beats keep up, so the queue never runs dry once the setup is over.
 """
 
@@ -103,9 +103,12 @@ class PostStream(wiring.Component):
 
     Ports
     -----
-    start : In
-        The STORE ACC's decode cycle: ``base``, ``shift``, ``clip_lo`` and ``clip_hi`` are
-        valid; the queue empties and the stream starts from ``base``.
+    idle : In
+        The store engine runs no instruction (a register: ``hw.control.DepControl``'s
+        ``busy``, inverted). While it is high the stream takes ``base``, ``shift``,
+        ``clip_lo`` and ``clip_hi``, empties its queue and reads nothing; so in a decode cycle,
+        an idle one, it takes the decoded instruction's fields, and it reads from ``base`` from
+        the next cycle on. It does so for every STORE; only a STORE ACC's beats take from it.
     base, shift, clip_lo, clip_hi : In
         The instruction's fields.
     rd : Out(BufferRead)
@@ -122,7 +125,7 @@ class PostStream(wiring.Component):
         self._lanes = out.lanes
         bits = params.cfg.store.out_bits
         super().__init__({
-            "start": In(1),
+            "idle": In(1),
             "base": In(acc.addr_bits),
             "shift": In(5),
             "clip_lo": In(signed(bits)),
@@ -145,10 +148,11 @@ class PostStream(wiring.Component):
         shift = Signal(5)
         lo, hi = Signal(signed(bits)), Signal(signed(bits))
         addr = Signal(acc.addr_bits)
-        running = Signal()
-        with m.If(self.start):
-            m.d.sync += [shift.eq(self.shift), lo.eq(self.clip_lo), hi.eq(self.clip_hi),
-                         addr.eq(self.base), running.eq(1)]
+        # The fields load in every idle cycle, not in the decode cycle alone: nothing here
+        # waits for the decode (``start``, a function of the token queues), which reached
+        # ``addr`` through ``issue`` at 10.79 ns (default_postproc, seed 3, 32f767a).
+        with m.If(self.idle):
+            m.d.sync += [shift.eq(self.shift), lo.eq(self.clip_lo), hi.eq(self.clip_hi)]
 
         # Reads in flight (issued, not yet in the queue), one flag per stage.
         in_pipe = [Signal(name=f"post_valid{s}") for s in range(STAGES)]
@@ -156,14 +160,15 @@ class PostStream(wiring.Component):
         pending = Signal(range(STAGES + 1))
         m.d.comb += pending.eq(sum(in_pipe))
         issue = Signal()
-        m.d.comb += issue.eq(running & ~self.start
-                             & (count + (pending + 1) * lanes <= depth))
+        m.d.comb += issue.eq(~self.idle & (count + (pending + 1) * lanes <= depth))
         m.d.comb += self.rd.addr.eq(addr)
-        with m.If(issue):
+        with m.If(self.idle):
+            m.d.sync += addr.eq(self.base)
+        with m.Elif(issue):
             m.d.sync += addr.eq(addr + lanes)
-        m.d.sync += in_pipe[0].eq(issue & ~self.start)
+        m.d.sync += in_pipe[0].eq(issue)
         for s in range(1, STAGES):
-            m.d.sync += in_pipe[s].eq(in_pipe[s - 1] & ~self.start)
+            m.d.sync += in_pipe[s].eq(in_pipe[s - 1] & ~self.idle)
 
         # The stages: the RAM's data registered twice, then each lane's shift and clip, each in
         # a register. The first register becomes the block RAM's own data latch (the copy is
@@ -204,7 +209,7 @@ class PostStream(wiring.Component):
                 with m.If(push & lands[self.take]):
                     m.d.comb += nxt.eq(pushed[lane])
             m.d.sync += slots[i].eq(nxt)
-        with m.If(self.start):
+        with m.If(self.idle):
             m.d.sync += count.eq(0)
         with m.Else():
             m.d.sync += count.eq(remain + Mux(push, lanes, 0))
