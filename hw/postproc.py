@@ -10,16 +10,16 @@ shift, the clip, the queue's slot), into a small queue of out tiles that the sto
 from as the beats go out. The RAM's clock-to-out, the shift and the clip's compares would not
 fit one cycle at 100 MHz on the ECP5-45F; hence the stages: the RAM's data reaches the shift
 from a fabric register, the shift keeps only what the clip needs (:func:`post_lane`), the
-clip's compares (on the low bits and a "fits" test, not 32-bit carry chains) end in a
-register of their own (with three stages they went on through
-the queue's slot multiplexers, 14-16 ns in a non-timing-driven routing of default_postproc),
-and a slot is picked from registers and the store's ``take`` alone.
+clip's compares (on the low bits and a "fits" test, not 32-bit carry chains) end in a register
+of their own (with three stages they went on through the queue's slot multiplexers, 14-16 ns in
+a non-timing-driven routing of default_postproc), and a slot is picked from registers and the
+store's ``take`` alone.
 ``costs.POSTPROC_SETUP_CYCLES`` (``STAGES``): the instruction asks for the channel only once the
 first element can be in the queue.
 
 The stream reads on past the instruction's last element (what it reads there is dropped when
-the engine goes idle); it never waits for anything but room in its queue, which it has whenever the
-beats keep up, so the queue never runs dry once the setup is over.
+the engine goes idle); it never waits for anything but room in its queue, which it has whenever
+the beats keep up, so the queue never runs dry once the setup is over.
 """
 
 from __future__ import annotations
@@ -45,17 +45,18 @@ def post_lane(m: Module, word: object, shift: Signal, lo: Signal, hi: Signal, wi
     narrowed to ``width`` bits, in two register stages (the second returned).
 
     The first stage keeps what the clip needs of ``word >> shift``, not the whole word: its
-    low ``width`` bits (:func:`shift_low`), its sign and ``span``, how many of ``word``'s bits
-    from ``width - 1`` up differ from the sign (:func:`span_bits`). The shifted word fits
-    ``width`` bits when its bits from ``width - 1`` up all equal its sign, that is when
-    ``span <= shift``; a word that does not fit is above ``hi`` if positive and below ``lo``
-    if negative (``lo`` and ``hi`` are ``width``-bit numbers), and one that fits compares by
-    its low bits. So no stage has a 32-bit shifter, register or compare; with them, the lanes
-    were most of the stream's area (docs/notes/requantisation.md, "The lane's area")."""
+    low ``width`` bits (:func:`shift_low`), its sign and ``span``, where the highest of
+    ``word``'s bits from ``width - 1`` up that differ from the sign lies (:func:`span_bits`).
+    The shifted word fits ``width`` bits when its bits from ``width - 1`` up all equal its
+    sign, that is when ``span <= shift``; a word that does not fit is above ``hi`` if positive
+    and below ``lo`` if negative (``lo`` and ``hi`` are ``width``-bit numbers), and one that
+    fits compares by its low bits. So no stage has a 32-bit shifter, register or compare; with
+    them, the lanes were most of the stream's area (docs/notes/requantisation.md, "The lane's
+    area")."""
     low1 = Signal(width, name=f"{name}_low")
     sign1 = Signal(name=f"{name}_sign")
     span = span_bits(word, width)
-    span1 = Signal(range(33 - width), name=f"{name}_span")
+    span1 = Signal(span.shape(), name=f"{name}_span")
     m.d.sync += [low1.eq(shift_low(word, shift, width)), sign1.eq(word[31]), span1.eq(span)]
     fits = span1 <= shift
     low = low1.as_signed()
@@ -82,9 +83,9 @@ def shift_low(word: object, shift: Signal, width: int) -> object:
 
 
 def span_bits(word: object, width: int) -> object:
-    """How many of ``word``'s bits ``width - 1`` .. 30 differ from its sign, counted from the
-    top: 0 when all equal it, else the position of the highest that differs, less
-    ``width - 2`` (1 for bit ``width - 1``, ``32 - width`` for bit 30)."""
+    """Where the highest of ``word``'s bits ``width - 1`` .. 30 that differs from its sign
+    lies: 0 when none does, else its position less ``width - 2`` (1 for bit ``width - 1``,
+    ``32 - width`` for bit 30)."""
     top = 31 - (width - 1)                      # bits width-1 .. 30
     differ = Cat(*(word[width - 1 + j] ^ word[31] for j in range(top)))
     span = Const(0, range(top + 1))
@@ -148,9 +149,10 @@ class PostStream(wiring.Component):
         shift = Signal(5)
         lo, hi = Signal(signed(bits)), Signal(signed(bits))
         addr = Signal(acc.addr_bits)
-        # The fields load in every idle cycle, not in the decode cycle alone: nothing here
-        # waits for the decode (``start``, a function of the token queues), which reached
-        # ``addr`` through ``issue`` at 10.79 ns (default_postproc, seed 3, 32f767a).
+        # The fields (and ``addr``, below) load in every idle cycle, not in the decode cycle
+        # alone: nothing here waits for the decode (``start``, a function of the token queues),
+        # which reached ``addr`` through ``issue`` at 10.79 ns (default_postproc, seed 3,
+        # 32f767a).
         with m.If(self.idle):
             m.d.sync += [shift.eq(self.shift), lo.eq(self.clip_lo), hi.eq(self.clip_hi)]
 
