@@ -409,8 +409,8 @@ class LoadEngine(_Engine):
         Element writes, data and padding.
     writing_<buffer> : Out
         A LOAD of this buffer is past its request, moving data or padding: every write of
-        ``wr_<buffer>`` falls in these cycles. From flip-flops through one gate, so that a
-        writer sharing a port with this engine can pick its data early.
+        ``wr_<buffer>`` falls in these cycles. A flip-flop, so that a writer sharing a port
+        with this engine can pick its data early.
     """
 
     def __init__(self, params: RtlParams, targets: tuple[MemType, ...]) -> None:
@@ -445,8 +445,9 @@ class LoadEngine(_Engine):
         elems = Signal(self._p.cfg.isa.size_bits, name="row_elems")
         step, completes = self._steps(m, tsel, beats, elems)
         rows = self._data_rows(m, geoms, t_now, tsel, elems, step, completes)
-        fsm, padding, loading = self._fsm(m, blk, walk, rows, s)
-        self._write_ports(m, fsm, tsel, blk, walk, beats, padding, loading, rows)
+        padding, loading, moving_next = self._fsm(m, blk, walk, rows, s)
+        self._write_ports(m, t_now, tsel, moving_next, blk, walk, beats, padding, loading,
+                          rows)
         self._step_pointers(m, blk, rows, beats, step, completes, loading)
         return m
 
@@ -620,16 +621,19 @@ class LoadEngine(_Engine):
         return step, completes
 
     def _fsm(self, m: Module, blk: _Block, walk: _PadWalk, rows: _Rows, s: dict[str, Signal]
-             ) -> tuple[object, Signal, Signal]:
+             ) -> tuple[Signal, Signal, Signal]:
         """The engine's states: IDLE, DATA (its requests go out and its beats come in, from the
-        cycle after decode) and PAD (the padding walk); returns the FSM, ``padding`` and
-        ``loading`` (a data beat)."""
+        cycle after decode) and PAD (the padding walk); returns ``padding``, ``loading`` (a data
+        beat) and ``moving_next``."""
         pad_addr, seg_left, seg_big, seg_one = (walk.pad_addr, walk.seg_left, walk.seg_big,
                                                  walk.seg_one)
         padding = Signal()
         loading = Signal()
+        # ``moving`` (see ``_write_ports``) as it will be in the next cycle: DATA past its
+        # setup cycle (``blk.setup`` is ``start & ~zero`` registered) or PAD.
+        moving_next = Signal(name="moving_next")
 
-        with m.FSM() as fsm:
+        with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start & ~s["zero"]):
                     m.next = "DATA"
@@ -640,11 +644,15 @@ class LoadEngine(_Engine):
                         m.d.comb += self.last.eq(1)
                         m.next = "IDLE"
                     with m.Else():
+                        m.d.comb += moving_next.eq(1)
                         m.next = "PAD"
                         with m.If(blk.jump_data):
                             m.d.sync += pad_addr.eq(blk.row_sram + blk.cols)
+                with m.Else():
+                    m.d.comb += moving_next.eq(~(self.start & ~s["zero"]))
             with m.State("PAD"):
                 m.d.comb += padding.eq(1)
+                m.d.comb += moving_next.eq(~walk.pad_end)
                 with m.If(seg_big):
                     m.d.sync += [pad_addr.eq(pad_addr + 1), seg_left.eq(seg_left - 1),
                                  seg_big.eq(seg_left > 2), seg_one.eq(seg_left == 2)]
@@ -653,26 +661,33 @@ class LoadEngine(_Engine):
                 with m.If(walk.pad_end):
                     m.d.comb += self.last.eq(1)
                     m.next = "IDLE"
-        return fsm, padding, loading
+        return padding, loading, moving_next
 
-    def _write_ports(self, m: Module, fsm: object, tsel: Signal, blk: _Block, walk: _PadWalk,
-                     beats: _Beats, padding: Signal, loading: Signal, rows: _Rows) -> None:
+    def _write_ports(self, m: Module, t_now: Signal, tsel: Signal, moving_next: Signal,
+                     blk: _Block, walk: _PadWalk, beats: _Beats, padding: Signal,
+                     loading: Signal, rows: _Rows) -> None:
         """The targets' write ports (``wr_<buffer>``, ``writing_<buffer>``): data beats at
         ``elem_ptr``, zeros at ``pad_addr``."""
         p = self._p
         geoms = self._geoms()
         beat_in_elem, shreg = beats.beat_in_elem, beats.shreg
         max_beats = max(g.beats_per_elem for g in geoms)
-        # ``writing``: past the request's setup (the cycle after decode), moving data or padding.
-        # The first beat comes two cycles after decode at the soonest (a request granted in the
-        # cycle after it, ``latency >= 1``).
-        moving = Signal()
-        m.d.comb += moving.eq((fsm.ongoing("DATA") & ~blk.setup) | fsm.ongoing("PAD"))
+        # ``writing``: past the request's setup (the cycle after decode), moving data or padding
+        # (DATA but not ``blk.setup``, or PAD), for the running instruction's target. The first
+        # beat comes two cycles after decode at the soonest (a request granted in the cycle
+        # after it, ``latency >= 1``). Each is a register, formed a cycle ahead from the state's
+        # next value (``moving_next``) and the target's (``tsel`` loads ``t_now`` while idle):
+        # compute's result register picks LOAD ACC's data with it, and its select fans out to
+        # every bit of that register (at 7fd4183 the gates in front of it led the worst path of
+        # default_postproc at seeds 6 and 7 on the 45F, 10.69 and 10.92 ns).
         # Data path: one write port per target.
         for i, (t, g) in enumerate(zip(self._targets, geoms, strict=True)):
             wr = getattr(self, f"wr_{t.buffer}")
             mine = Signal(name=f"mine_{t.buffer}")
-            m.d.comb += [mine.eq(tsel == i), getattr(self, f"writing_{t.buffer}").eq(moving & mine)]
+            writing = getattr(self, f"writing_{t.buffer}")
+            writing_q = Signal(name=f"writing_{t.buffer}_q")
+            m.d.comb += [mine.eq(tsel == i), writing.eq(writing_q)]
+            m.d.sync += writing_q.eq(moving_next & Mux(self.idle, t_now == i, tsel == i))
             # The address and the data are the walk's (zeros while padding) whether or not a
             # write goes: only the enables wait for the beat strobe and the target, so the
             # data reach the buffers (and compute's result register, for LOAD ACC) from
