@@ -41,14 +41,22 @@ from compiler.passes.alu import bias_init_cycles, load_bias
 from runtime import kernels
 
 FAST = {"dram.bytes_per_cycle": 32, "dram.latency": 8}
-"""default with a fast channel: an acc tile (8 int32) is one beat, and the 8 transactions in
+"""default_alu with a fast channel: an acc tile (8 int32) is one beat, and the 8 transactions in
 flight (one a row) cover the latency, so the pass fires for convolutions too."""
 
 CONFIGS = ["tiny", "default_fast"]
 
 
+@pytest.fixture(scope="module")
+def cfg() -> HwConfig:
+    """default_alu: the pass is for machines without ``gemm.reset_from_acc`` (on in default)."""
+    return load_config("default_alu")
+
+
 def _config(name: str) -> HwConfig:
-    return load_config("default").replace(**FAST) if name == "default_fast" else load_config(name)
+    if name == "default_fast":
+        return load_config("default_alu").replace(**FAST)
+    return load_config(name)
 
 
 def _kinds(program: Program) -> dict[str, int]:
@@ -110,7 +118,7 @@ def test_unchanged_with_the_reset_from_acc(tiny: HwConfig) -> None:
 
 
 def test_unchanged_where_loading_costs_more(cfg: HwConfig) -> None:
-    """default, C5 (tiles of 4 x 28 pixels by 8 channel blocks): an output tile's bias would
+    """default_alu, C5 (tiles of 4 x 28 pixels by 8 channel blocks): an output tile's bias would
     take 8 LOADs of 112 repeated rows, 4 beats each, against a reset and an ADD of 896 micro-ops
     (1 and 2 cycles each) and a LOAD of 8 tiles; the pass leaves the IR and the ADDs stay."""
     wl = resnet18_layer("C5")
@@ -154,7 +162,7 @@ CONV_SHAPES = [  # (n, c, h, w, o, k, stride, padding)
 
 
 @pytest.mark.parametrize("backend", ["fsim", "sim"])
-@pytest.mark.parametrize("config_name", ["tiny", "default", "default_fast"])
+@pytest.mark.parametrize("config_name", ["tiny", "default_alu", "default_fast"])
 def test_conv2d_bit_exact(config_name: str, backend: str, rng: np.random.Generator) -> None:
     config = _config(config_name)
     for n, c, h, w, o, k, stride, padding in CONV_SHAPES:
@@ -173,7 +181,7 @@ def test_conv2d_random_shapes(config_name: str, case: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("backend", ["fsim", "sim"])
-@pytest.mark.parametrize("config_name", ["tiny", "default", "default_fast"])
+@pytest.mark.parametrize("config_name", ["tiny", "default_alu", "default_fast"])
 def test_matmul_and_dense_bit_exact(config_name: str, backend: str,
                                     rng: np.random.Generator) -> None:
     """matmul over the shared shapes; dense (OI weights) as ``matmul(x, w.T)``."""
@@ -188,9 +196,9 @@ def test_matmul_and_dense_bit_exact(config_name: str, backend: str,
     np.testing.assert_array_equal(y, kernels.dense(x, w, bias, 8, False))
 
 
-def test_dense_fires_on_default(cfg: HwConfig) -> None:
+def test_dense_fires_on_default_alu(cfg: HwConfig) -> None:
     """One row block: the LOAD moves the bias tiles once, as the bias's own LOAD did, so the
-    reset and the ADD go on default too."""
+    reset and the ADD go on default_alu too."""
     program = compile_matmul(MatmulWorkload(1, 512, 1000, True, 6, True), cfg).program
     kinds = _kinds(program)
     assert kinds["reset"] == kinds["add"] == 0

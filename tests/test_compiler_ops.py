@@ -81,7 +81,10 @@ def check_report(report: Report, backend: str) -> None:
 
 @pytest.fixture(scope="module")
 def configs(cfg: HwConfig, tiny: HwConfig, vta: HwConfig) -> dict[str, HwConfig]:
-    return {"default": cfg, "tiny": tiny, "vta": vta}
+    # default_alu: the 1x8x8 machine with requantisation on the ALU (default has it in the
+    # store), so that both code paths stay bit-exact.
+    return {"default": cfg, "tiny": tiny, "vta": vta,
+            "default_alu": accel.load_config("default_alu")}
 
 
 # --------------------------------------------------------------------------- ResNet-18 layers
@@ -169,7 +172,7 @@ def test_conv2d_random_shapes_default_fsim(case: dict[str, Any], cfg: HwConfig) 
     run_conv_case(case, cfg, "fsim")
 
 
-@pytest.mark.parametrize("config_name", ["tiny", "default"])
+@pytest.mark.parametrize("config_name", ["tiny", "default", "default_alu"])
 @settings(max_examples=20, **_SETTINGS)
 @given(case=conv_cases())
 def test_conv2d_random_shapes_sim(config_name: str, case: dict[str, Any],
@@ -238,7 +241,7 @@ MATMUL_SHAPES = [(1, 1, 1), (1, 64, 10), (3, 17, 5), (16, 100, 33), (7, 512, 70)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("config_name", ["default", "tiny", "vta"])
+@pytest.mark.parametrize("config_name", ["default", "tiny", "vta", "default_alu"])
 @pytest.mark.parametrize("mkn", MATMUL_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matmul_bit_exact(mkn: tuple[int, int, int], config_name: str, backend: str,
                           configs: dict[str, HwConfig], rng: np.random.Generator) -> None:

@@ -21,8 +21,8 @@ CORE = "core: {batch: 1, block_in: 8, block_out: 8}\n"
 
 
 def test_shipped_configs_load() -> None:
-    assert shipped_configs() == ["default", "default_postproc", "tiny", "vta_1x16x16",
-                                 "vta_1x16x16_postproc"]
+    assert shipped_configs() == ["default", "default_alu", "tiny", "vta_1x16x16",
+                                 "vta_1x16x16_alu"]
     for name in shipped_configs():
         assert isinstance(load_config(name), HwConfig)
 
@@ -33,7 +33,26 @@ def test_packaged_default_is_found_without_a_path() -> None:
     assert (cfg.batch, cfg.block_in, cfg.block_out) == (1, 8, 8)
     assert cfg.clock_mhz == 100.0
     assert cfg.dram.bytes_per_cycle == 8
-    assert cfg.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr"
+    assert cfg.store.postproc and cfg.gemm.reset_from_acc
+    assert cfg.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a32k_o8_rr_pp_ra"
+
+
+def test_alu_configs_are_the_machines_before_issue_35() -> None:
+    """default_alu and vta_1x16x16_alu: the packaged machines with both requantisation options
+    off (default_alu with the 64 KB acc default had), the machines the old names meant."""
+    for name, acc in (("default", 65536), ("vta_1x16x16", 131072)):
+        old = load_config(f"{name}_alu")
+        assert not old.store.postproc and not old.gemm.reset_from_acc
+        assert old == load_config(name).replace(**{"store.postproc": False,
+                                                   "gemm.reset_from_acc": False,
+                                                   "buffers.acc": acc,
+                                                   "description": old.description})
+    assert load_config("default_alu").name == "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr"
+    for old, new in (("default_postproc", "default"), ("vta_1x16x16_postproc", "vta_1x16x16")):
+        with pytest.raises(ConfigError) as info:
+            load_config(old)
+        assert str(info.value) == (f"{old}: no longer shipped; it is now {new} (the machine "
+                                   f"before it, with requantisation on the ALU: {new}_alu)")
 
 
 def test_default_derived_values() -> None:
@@ -42,15 +61,19 @@ def test_default_derived_values() -> None:
     assert cfg.wgt_tile_bytes == 64
     assert cfg.acc_tile_bytes == 32
     assert cfg.out_tile_bytes == 8
-    assert (cfg.inp_depth, cfg.wgt_depth, cfg.acc_depth, cfg.out_depth) == (4096, 1024, 2048, 2048)
-    assert (cfg.inp_index_bits, cfg.wgt_index_bits, cfg.acc_index_bits) == (12, 10, 11)
-    assert cfg.uop_bits == 33 and cfg.uop_bytes == 8 and cfg.uop_depth == 1024
+    assert (cfg.inp_depth, cfg.wgt_depth, cfg.acc_depth, cfg.out_depth) == (4096, 1024, 1024, 1024)
+    assert (cfg.inp_index_bits, cfg.wgt_index_bits, cfg.acc_index_bits) == (12, 10, 10)
+    # A micro-op (acc 10 + inp 12 + wgt 10 bits) fits 32 bits; default_alu's 11-bit acc
+    # index made it 33, stored in 8 bytes.
+    assert cfg.uop_bits == 32 and cfg.uop_bytes == 4 and cfg.uop_depth == 2048
+    old = load_config("default_alu")
+    assert old.uop_bits == 33 and old.uop_bytes == 8 and old.uop_depth == 1024
     assert cfg.peak_macs_per_cycle == 64
     assert cfg.peak_gops == pytest.approx(12.8)
 
 
 def test_vta_config_matches_published_layout() -> None:
-    cfg = load_config("vta_1x16x16")
+    cfg = load_config("vta_1x16x16_alu")
     assert cfg.name == "1x16x16_i8w8a32_u32k_i32k_w256k_a128k_o8_rr"
     # VTA's micro-op is 32 bits: acc 11, inp 11, wgt 10.
     assert (cfg.acc_index_bits, cfg.inp_index_bits, cfg.wgt_index_bits) == (11, 11, 10)
@@ -59,6 +82,12 @@ def test_vta_config_matches_published_layout() -> None:
     assert bits["GEMM"] == 127 and bits["ALU"] == 126
     assert cfg.peak_macs_per_cycle == 256
     assert cfg.peak_gops == pytest.approx(51.2)
+    # vta_1x16x16: the same layout; the options add STORE's post-processing fields and
+    # GEMM's from_acc bit.
+    pp = load_config("vta_1x16x16")
+    assert pp.name == "1x16x16_i8w8a32_u32k_i32k_w256k_a128k_o8_rr_pp_ra"
+    assert (pp.acc_index_bits, pp.inp_index_bits, pp.wgt_index_bits) == (11, 11, 10)
+    assert pp.derived()["instruction_bits"] == {**bits, "STORE": 124, "GEMM": 128}
 
 
 def test_tiny_config_is_small() -> None:
@@ -83,11 +112,14 @@ def test_names_differ_when_any_parameter_differs() -> None:
         cfg.replace(**{"dram.merge_rows": True}).name,
     }
     assert len(names) == 8
-    assert cfg.replace(**{"buffers.wgt": 32768}).name == "1x8x8_i8w8a32_u8k_i32k_w32k_a64k_o8_rr"
+    assert cfg.replace(**{"buffers.wgt": 32768}).name == \
+        "1x8x8_i8w8a32_u8k_i32k_w32k_a32k_o8_rr_pp_ra"
     assert cfg.replace(**{"dram.merge_rows": True}).name == \
-        "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr_mr"
-    # The original channel (one request at a time, fixed priority) has the plain name.
-    original = cfg.replace(**{"dram.max_outstanding": 1, "dram.arbiter": "priority"})
+        "1x8x8_i8w8a32_u8k_i32k_w64k_a32k_o8_rr_mr_pp_ra"
+    # The original channel (one request at a time, fixed priority) and requantisation on the
+    # ALU have the plain name.
+    original = load_config("default_alu").replace(**{"dram.max_outstanding": 1,
+                                                     "dram.arbiter": "priority"})
     assert original.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a64k"
 
 
@@ -176,7 +208,7 @@ def test_missing_file_and_unknown_name(tmp_path: Path) -> None:
     with pytest.raises(
         ConfigError,
         match="^" + re.escape("vta_2x2: no such shipped config; expected one of default, "
-                              "default_postproc, tiny, vta_1x16x16, vta_1x16x16_postproc or a "
+                              "default_alu, tiny, vta_1x16x16, vta_1x16x16_alu or a "
                               "path to a .yaml file") + "$",
     ):
         load_config("vta_2x2")
@@ -204,6 +236,6 @@ def test_cli_validate_ok_and_bad(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_cli_show_prints_config_and_derived(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "show", "vta_1x16x16"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# 1x16x16_i8w8a32_u32k_i32k_w256k_a128k")
+    assert out.startswith("# 1x16x16_i8w8a32_u32k_i32k_w256k_a128k_o8_rr_pp_ra")
     assert "peak_macs_per_cycle: 256" in out
-    assert "instruction_bits: {LOAD: 119, STORE: 119, GEMM: 127, FINISH: 7, ALU: 126}" in out
+    assert "instruction_bits: {LOAD: 119, STORE: 124, GEMM: 128, FINISH: 7, ALU: 126}" in out

@@ -73,7 +73,7 @@ def test_ranking_every_layer(config: str, layer: str) -> None:
     check_layer(config, layer, SAMPLE, jobs=2)
 
 
-@pytest.mark.parametrize("config", [*CONFIGS, "default_postproc", "tiny"])
+@pytest.mark.parametrize("config", [*CONFIGS, "default_alu", "tiny"])
 @pytest.mark.parametrize("layer", ["C1", "C2", "C5", "C11"])
 def test_the_floor_is_below_every_estimate(config: str, layer: str) -> None:
     """The heuristic's search stops at a floor above its best estimate: it finds the

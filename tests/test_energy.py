@@ -49,7 +49,7 @@ def test_shipped_table_and_names_unchanged(cfg: HwConfig) -> None:
     # Another table changes neither the config's name nor its equality (programs and caches
     # are keyed by both), and does not show in to_dict unless it is not the default.
     other = cfg.replace(energy={"technology": {"node_nm": 28}})
-    assert other.name == cfg.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr"
+    assert other.name == cfg.name == "1x8x8_i8w8a32_u8k_i32k_w64k_a32k_o8_rr_pp_ra"
     assert other == cfg and hash(other) == hash(cfg)
     assert "energy" not in cfg.to_dict()
     assert other.to_dict()["energy"]["technology"]["node_nm"] == 28

@@ -42,6 +42,13 @@ BOTH = {**PP, **RA}
 VARIANTS = {"pp": PP, "ra": RA, "pp_ra": BOTH}
 
 
+@pytest.fixture(scope="module")
+def cfg() -> HwConfig:
+    """default_alu: the 1x8x8 machine with both options off, for the variants to switch on
+    (the packaged default has both on)."""
+    return load_config("default_alu")
+
+
 def _with(name: str, variant: str) -> HwConfig:
     return load_config(name).replace(**VARIANTS[variant])
 
@@ -142,13 +149,15 @@ def test_reset_bias_ir_moves_the_load_ahead(tiny: HwConfig) -> None:
 # --------------------------------------------------------------------------- bit-exact
 
 
-@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("variant", [*VARIANTS, "off"])
 @pytest.mark.parametrize("layer", list(RESNET18_LAYERS))
 def test_resnet18_layers_bit_exact(layer: str, variant: str, cfg: HwConfig,
                                    rng: np.random.Generator) -> None:
-    """C1-C12 on default with each feature: identical to the kernel on fsim."""
+    """C1-C12 on default_alu with each feature and with neither: identical to the kernel on
+    fsim (tests/test_compiler_ops.py runs them on default, both on, on fsim and sim)."""
     args = resnet_layer(layer, rng)
-    y, _ = accel.conv2d(**args, config=cfg.replace(**VARIANTS[variant]), backend="fsim")
+    y, _ = accel.conv2d(**args, config=cfg.replace(**VARIANTS.get(variant, {})),
+                        backend="fsim")
     np.testing.assert_array_equal(y, kernels.conv2d(**args))
 
 

@@ -118,7 +118,7 @@ def chain_program(cfg: HwConfig) -> tuple[Program, Dram]:
 
 
 def test_load_gemm_store_chain(cfg: HwConfig, tiny: HwConfig) -> None:
-    assert cosim(*chain_program(original(cfg))) == 206
+    assert cosim(*chain_program(original(cfg))) == 204   # tests/test_timing.py's timeline
     cosim(*chain_program(cfg))
     cosim(*chain_program(tiny))
 

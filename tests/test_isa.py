@@ -113,9 +113,9 @@ def test_encode_insns_names_the_first_instruction_that_does_not_fit() -> None:
     cfg = load_config()
     ok = [FinishInsn(), GemmInsn(uop_bgn=1, uop_end=2), AluInsn(alu_op=AluOp.ADD, imm=-5)]
     bad_alu = AluInsn(alu_op=AluOp.ADD, use_imm=True, imm=40000)
-    bad_gemm = GemmInsn(uop_bgn=1024, uop_end=1025)
+    bad_gemm = GemmInsn(uop_bgn=2048, uop_end=2049)
     with pytest.raises(EncodeError, match="^" + re.escape(
-            "instruction 4: GEMM.uop_bgn = 1024 does not fit its 10-bit field (0..1023)") + "$"):
+            "instruction 4: GEMM.uop_bgn = 2048 does not fit its 11-bit field (0..2047)") + "$"):
         encode_insns([*ok, ok[1], bad_gemm, bad_alu], cfg)
     with pytest.raises(EncodeError, match="^" + re.escape(
             "instruction 3: ALU.imm = 40000 does not fit its 16-bit signed field "
@@ -258,9 +258,9 @@ def test_field_overflow_names_the_field() -> None:
     cfg = load_config()
     with pytest.raises(
         EncodeError,
-        match="^" + re.escape("GEMM.uop_bgn = 1024 does not fit its 10-bit field (0..1023)") + "$",
+        match="^" + re.escape("GEMM.uop_bgn = 2048 does not fit its 11-bit field (0..2047)") + "$",
     ):
-        encode_insn(GemmInsn(uop_bgn=1024, uop_end=1025), cfg)
+        encode_insn(GemmInsn(uop_bgn=2048, uop_end=2049), cfg)
     with pytest.raises(EncodeError, match=re.escape("ALU.imm = 40000 does not fit its 16-bit "
                                                     "signed field (-32768..32767)")):
         encode_insn(AluInsn(alu_op=AluOp.ADD, use_imm=True, imm=40000), cfg)
@@ -398,7 +398,7 @@ def test_corrupt_and_truncated_files_give_clear_errors(tmp_path: Path) -> None:
                        match="^" + re.escape(f"{path}: instruction 1: unknown opcode 7") + "$"):
         Program.load(path)
     with pytest.raises(ProgramFormatError, match=re.escape("built for config 1x8x8_i8w8a32_u8k_i32k"
-                                                           "_w64k_a64k_o8_rr, not 1x16x16")):
+                                                           "_w64k_a32k_o8_rr_pp_ra, not 1x16x16")):
         Program.from_bytes(data, config=load_config("vta_1x16x16"))
 
 
@@ -407,8 +407,6 @@ def test_validate_names_the_instruction() -> None:
     cases = [
         (MemInsn(mem_type=MemType.INP, sram_base=4090, y_size=2, x_size=4, x_stride=4),
          "instruction 0 (LOAD_INP): SRAM range [4090, 4098) exceeds the inp buffer depth 4096"),
-        (MemInsn(store=True, mem_type=MemType.ACC),
-         "instruction 0 (STORE_ACC): STORE ACC needs the post-processing store (store.postproc)"),
         (MemInsn(store=True, mem_type=MemType.WGT),
          "instruction 0 (STORE_WGT): STORE supports memory types OUT and ACC only, got WGT"),
         (MemInsn(store=True, mem_type=MemType.OUT, shift=3),
@@ -419,8 +417,8 @@ def test_validate_names_the_instruction() -> None:
          "instruction 0 (LOAD_WGT): pop_prev is not allowed on the load module"),
         (MemInsn(store=True, mem_type=MemType.OUT, push_next=True),
          "instruction 0 (STORE_OUT): push_next is not allowed on the store module"),
-        (GemmInsn(uop_bgn=10, uop_end=2000),
-         "instruction 0 (GEMM): micro-op range [10, 2000) is outside the uop buffer of depth 1024"),
+        (GemmInsn(uop_bgn=10, uop_end=3000),
+         "instruction 0 (GEMM): micro-op range [10, 3000) is outside the uop buffer of depth 2048"),
         (AluInsn(alu_op=AluOp.SHR, use_imm=True, imm=40),
          "instruction 0 (ALU_SHR): SHR amount 40 is outside -31..31"),
     ]
@@ -429,6 +427,11 @@ def test_validate_names_the_instruction() -> None:
             Program(cfg, [insn, FinishInsn()]).validate()
     with pytest.raises(ProgramError, match=r"^program has no FINISH instruction$"):
         Program(cfg, [GemmInsn()]).validate()
+    with pytest.raises(ProgramError, match="^" + re.escape(
+            "instruction 0 (STORE_ACC): STORE ACC needs the post-processing store "
+            "(store.postproc)") + "$"):
+        Program(load_config("default_alu"), [MemInsn(store=True, mem_type=MemType.ACC),
+                                             FinishInsn()]).validate()
     post = cfg.replace(**{"store.postproc": True})
     for insn, message in [
         (MemInsn(store=True, mem_type=MemType.ACC, shift=32, clip_hi=127),
@@ -451,8 +454,8 @@ def test_assembly_errors_name_the_line() -> None:
         ".text\nJUMP\n": "<asm>:2: unknown opcode 'JUMP'",
         ".text\nLOAD FOO\n": "<asm>:2: LOAD needs a memory type (UOP, WGT, INP, ACC, OUT)",
         ".text\nGEMM uop_end=x\n": "<asm>:2: expected an integer, got 'x'",
-        ".text\nGEMM uop_end=5000\n": "<asm>:2: GEMM.uop_end = 5000 does not fit its 11-bit "
-                                      "field (0..2047)",
+        ".text\nGEMM uop_end=5000\n": "<asm>:2: GEMM.uop_end = 5000 does not fit its 12-bit "
+                                      "field (0..4095)",
         ".uops\n0: 1 2\n": "<asm>:2: a micro-op is three integers: dst src wgt",
         "GEMM\n": "<asm>:1: instruction outside .text or .uops",
         ".config 9x9x9\n": "<asm>:1: .config 9x9x9 is not a shipped config; pass the config "

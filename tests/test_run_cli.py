@@ -22,7 +22,8 @@ def test_run_resnet18_small_image_on_fsim_is_bit_exact(capsys: pytest.CaptureFix
                                                        ) -> None:
     assert main(["run", "resnet18", "--image-size", "32", "--backend", "fsim"]) == 0
     out = capsys.readouterr().out
-    assert "accelerator: functional only (fsim, 1x8x8_i8w8a32_u8k_i32k_w64k_a64k_o8_rr)" in out
+    assert ("accelerator: functional only (fsim, 1x8x8_i8w8a32_u8k_i32k_w64k_a32k_o8_rr_pp_ra)"
+            in out)
     assert "energy:" not in out            # energy needs cycles (leakage, the modules' clocks)
     assert "MACs offloaded: 100.00%" in out
     assert "and the final output are bit-exact with the numpy reference network" in out

@@ -27,7 +27,7 @@ KNOBS = Conv2dKnobs(tile_b=1, tile_h=2, tile_w=56, tile_ci=2, tile_co=4, oc_nthr
 
 @pytest.fixture(scope="module")
 def post() -> HwConfig:
-    return load_config("default_postproc")
+    return load_config("default")
 
 
 def _slices(cfg: HwConfig, program: Program) -> list[Slice]:
@@ -142,7 +142,7 @@ def test_bias_loaded_once_per_channel_chunk(post: HwConfig, cfg: HwConfig) -> No
         assert len(loads) == 1 and loads[0].x_size == KNOBS.tile_co * KNOBS.oc_nthread
 
 
-@pytest.mark.parametrize("config_name", ["default", "default_postproc", "vta_1x16x16"])
+@pytest.mark.parametrize("config_name", ["default_alu", "default", "vta_1x16x16_alu"])
 def test_bit_exact_and_faster_than_without(config_name: str, monkeypatch: pytest.MonkeyPatch,
                                            rng: np.random.Generator) -> None:
     """C3 with the stream passes: bit-exact with the numpy kernel on the timing simulator and

@@ -112,8 +112,8 @@ SPEC_ERRORS = [
      "area.target: expected one of ecp5, ice40, xilinx, got str 'stratix'"),
     ("backend: fsim\ntraces: true\n" + W, "traces: needs backend sim, got backend fsim"),
     ("base: huge\n" + W,
-     "base: huge: no such shipped config; expected one of default, default_postproc, tiny, "
-     "vta_1x16x16, vta_1x16x16_postproc or a path to a .yaml file"),
+     "base: huge: no such shipped config; expected one of default, default_alu, tiny, "
+     "vta_1x16x16, vta_1x16x16_alu or a path to a .yaml file"),
     ("- a\n- b\n", "<top>: expected a mapping with keys workloads, axes, ..., got list"),
 ]
 

@@ -87,25 +87,27 @@ def test_load_gemm_store_chain() -> None:
     program, dram = chain_program(cfg)
     stats = run_sim(program, dram)
     # fetch 6 instructions (96 B): 32 + 12 = 44, dispatch at 45..50.
-    # LOAD INP: decode 45..46, DRAM 46..82. LOAD UOP (compute) asks at 48, granted 82..118.
-    # LOAD WGT: decode 82..83, waits for the channel, 118 + 32 + 8 = 158, pushes.
-    # GEMM: 1 + 4 + 5 = 10 -> 168. STORE: decode 168..169, DRAM 169 + 36 = 205. FINISH 206.
+    # LOAD INP: decode 45..46, DRAM 46..82. LOAD UOP (compute) asks at 48, granted 82: four
+    # 4-byte micro-ops (default's 32 KB acc: 10-bit acc indices), 32 + 16/8 = 34 -> 116.
+    # LOAD WGT: decode 82..83, waits for the channel, 116 + 32 + 8 = 156, pushes.
+    # GEMM: 1 + 4 + 5 = 10 -> 166. STORE: decode 166..167, DRAM 167 + 36 = 203. FINISH 204.
+    assert cfg.uop_bytes == 4
     assert timeline(stats) == [
         ("load", "LOAD", 45, 82),
-        ("compute", "LOAD", 47, 118),
-        ("load", "LOAD", 82, 158),
-        ("compute", "GEMM", 158, 168),
-        ("store", "STORE", 168, 205),
-        ("compute", "FINISH", 205, 206),
+        ("compute", "LOAD", 47, 116),
+        ("load", "LOAD", 82, 156),
+        ("compute", "GEMM", 156, 166),
+        ("store", "STORE", 166, 203),
+        ("compute", "FINISH", 203, 204),
     ]
-    assert stats.cycles == 206
+    assert stats.cycles == 204
     # Latency: each load's 32 cycles; contention: the second waits for compute's transaction.
     assert stats.modules["load"].stalls["dram_latency"] == 32 + 32
-    assert stats.modules["load"].stalls["dram_contention"] == 118 - 83
+    assert stats.modules["load"].stalls["dram_contention"] == 116 - 83
     assert stats.macs == 4 * 64
-    assert stats.gemm_utilization == pytest.approx(256 / (206 * 64))
-    assert stats.bytes_written == {"inp": 32, "wgt": 64, "uop": 32, "acc": 128, "out": 32}
-    assert stats.bytes_read == {"uop": 32, "inp": 32, "wgt": 256, "acc": 128, "out": 32}
+    assert stats.gemm_utilization == pytest.approx(256 / (204 * 64))
+    assert stats.bytes_written == {"inp": 32, "wgt": 64, "uop": 16, "acc": 128, "out": 32}
+    assert stats.bytes_read == {"uop": 16, "inp": 32, "wgt": 256, "acc": 128, "out": 32}
 
 
 def double_buffer_program(cfg: HwConfig, overlap: bool) -> tuple[Program, Dram]:
@@ -344,7 +346,7 @@ def test_stats_to_dict_and_trace(tmp_path: Path) -> None:
     program, dram = chain_program(cfg)
     result = run_program(program, dram, backend="sim", trace=True)
     summary = json.loads(json.dumps(result.stats.to_dict()))
-    assert summary["cycles"] == 206
+    assert summary["cycles"] == 204
     assert set(summary["modules"]) == {"fetch", "load", "compute", "store"}
     path = tmp_path / "trace.json"
     result.stats.write_trace(path)
@@ -357,7 +359,7 @@ def test_stats_to_dict_and_trace(tmp_path: Path) -> None:
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert "dram bytes/cycle" in counters and "tokens load->compute" in counters
     gemm = next(e for e in slices if e["name"].startswith("GEMM"))
-    assert gemm["ts"] == pytest.approx(158 / cfg.clock_mhz) and gemm["args"]["cycles"] == 10
+    assert gemm["ts"] == pytest.approx(156 / cfg.clock_mhz) and gemm["args"]["cycles"] == 10
 
 
 def test_timing_simulator_rejects_foreign_program() -> None:

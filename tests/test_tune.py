@@ -213,8 +213,8 @@ def test_features_see_the_work_of_the_program(cfg: HwConfig) -> None:
     def feature(knobs: Conv2dKnobs, name: str) -> float:
         return float(task.features(task.space.point(knobs))[names.index(name)])
 
-    big = Conv2dKnobs(tile_h=7, tile_w=7, tile_ci=1, tile_co=16, oc_nthread=2)
-    small = Conv2dKnobs(tile_h=1, tile_w=7, tile_ci=1, tile_co=16, oc_nthread=2)
+    big = Conv2dKnobs(tile_h=7, tile_w=7, tile_ci=1, tile_co=8, oc_nthread=2)
+    small = Conv2dKnobs(tile_h=1, tile_w=7, tile_ci=1, tile_co=8, oc_nthread=2)
     program_big = conv2d_program(task.workload, cfg, big)  # type: ignore[arg-type]
     # The instruction count read off the loop program is the built program's, up to the
     # micro-op loads codegen adds and the final FINISH.

@@ -690,6 +690,11 @@ def config_dir() -> Path:
     return Path(__file__).parent.parent / "configs"
 
 
+# Shipped names that were retired, with the config that replaced each: the post-processing
+# machines became the packaged ones (issue 35), the old ones are kept as ``<name>_alu``.
+RENAMED_CONFIGS = {"default_postproc": "default", "vta_1x16x16_postproc": "vta_1x16x16"}
+
+
 def shipped_configs() -> list[str]:
     """Names of the shipped configs, loadable with ``load_config(name)``."""
     return sorted(p.stem for p in config_dir().glob("*.yaml"))
@@ -724,6 +729,12 @@ def load_config(spec: str | Path | None = None) -> HwConfig:
     is_path = isinstance(spec, Path) or path.suffix in (".yaml", ".yml") or path.exists()
     if not is_path:
         shipped = config_dir() / f"{text_spec}.yaml"
+        if not shipped.exists() and text_spec in RENAMED_CONFIGS:
+            new = RENAMED_CONFIGS[text_spec]
+            raise ConfigError(
+                f"{text_spec}: no longer shipped; it is now {new} (the machine before it, "
+                f"with requantisation on the ALU: {new}_alu)"
+            )
         if not shipped.exists():
             raise ConfigError(
                 f"{text_spec}: no such shipped config; expected one of "
