@@ -12,8 +12,8 @@ fit one cycle at 100 MHz on the ECP5-45F; hence the stages: the RAM's data reach
 from a fabric register, the shift keeps only what the clip needs (:func:`post_lane`), the
 clip's compares (on the low bits and a "fits" test, not 32-bit carry chains) end in a register
 of their own (with three stages they went on through the queue's slot multiplexers, 14-16 ns in
-a non-timing-driven routing of default_postproc), and a slot is picked from registers and the
-store's ``take`` alone.
+a non-timing-driven routing of default_postproc, now default), and a slot is picked from
+registers and the store's ``take`` alone.
 ``costs.POSTPROC_SETUP_CYCLES`` (``STAGES``): the instruction asks for the channel only once the
 first element can be in the queue.
 

@@ -19,8 +19,8 @@ no identity weight tile; or the epilogue's buffers do not fit), where either nod
 CPU, or where ``t`` has another reader; nor on a config with the post-processing store
 (``store.postproc``), where it does not pay: there the unfused conv's requantisation rides in
 its STORE, while the fused one must run it on the ALU to clip ``t`` before the add, and the
-convolutions are compute-bound (ResNet-18 on default_postproc: 0.2% more cycles fused,
-``docs/notes/residual-fusion.md``). Where both operands qualify (a downsampling block's
+convolutions are compute-bound (ResNet-18 on default, which has the option: 0.2% more cycles
+fused, ``docs/notes/residual-fusion.md``). Where both operands qualify (a downsampling block's
 conv and its projection), the operand listed first is fused.
 
 The fused node keeps the conv's name and takes the add's place in the node order (the skip is
