@@ -238,16 +238,18 @@ class _Plan:
                                          for n, _, beats in self.kinds)
 
     def cycles(self) -> float:
-        tiles, first = self._tiles()
+        tiles, first = self._tiles
         return sum(n * tile for n, tile, _ in tiles) * self.per_kind + first + self.once
 
     def on_bus(self) -> bool:
         """Whether the tiles wait for the DRAM bus: their beats fill at least ``ON_BUS`` of
         their cycles."""
-        return all(tile * ON_BUS <= beats for _, tile, beats in self._tiles()[0])
+        return all(tile * ON_BUS <= beats for _, tile, beats in self._tiles[0])
 
+    @functools.cached_property
     def _tiles(self) -> tuple[list[tuple[int, float, float]], float]:
-        """Per tile kind (tiles, cycles a tile, beats a tile), and the first tile's extra."""
+        """Per tile kind (tiles, cycles a tile, beats a tile), and the first tile's extra
+        (computed once: the search asks for both the cycles and whether they are the bus's)."""
         tiles = []
         first = 0.0
         for n, load, load_beats in self.kinds:
