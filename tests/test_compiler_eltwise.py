@@ -151,5 +151,5 @@ def test_default_knobs_resnet_shape(cfg: HwConfig, tiny: HwConfig) -> None:
     for config in (cfg, tiny):
         k = default_add_knobs(wl, config)
         assert k.nthread == 2 and fits_add(wl, k, config)
-    assert default_add_knobs(wl, cfg) == AddKnobs(4, 8, 8, 2)        # acc 32 KB
+    assert default_add_knobs(wl, cfg) == AddKnobs(1, 4, 56, 2)       # acc 32 KB: whole rows
     assert default_add_knobs(wl, accel.load_config("default_alu")) == AddKnobs(1, 8, 56, 2)
