@@ -729,13 +729,13 @@ def load_config(spec: str | Path | None = None) -> HwConfig:
     is_path = isinstance(spec, Path) or path.suffix in (".yaml", ".yml") or path.exists()
     if not is_path:
         shipped = config_dir() / f"{text_spec}.yaml"
-        if not shipped.exists() and text_spec in RENAMED_CONFIGS:
-            new = RENAMED_CONFIGS[text_spec]
-            raise ConfigError(
-                f"{text_spec}: no longer shipped; it is now {new} (the machine before it, "
-                f"with requantisation on the ALU: {new}_alu)"
-            )
         if not shipped.exists():
+            if text_spec in RENAMED_CONFIGS:
+                new = RENAMED_CONFIGS[text_spec]
+                raise ConfigError(
+                    f"{text_spec}: no longer shipped; it is now {new} (the machine before it, "
+                    f"with requantisation on the ALU: {new}_alu)"
+                )
             raise ConfigError(
                 f"{text_spec}: no such shipped config; expected one of "
                 f"{', '.join(shipped_configs())} or a path to a .yaml file"

@@ -249,7 +249,7 @@ class _Plan:
     @functools.cached_property
     def _tiles(self) -> tuple[list[tuple[int, float, float]], float]:
         """Per tile kind (tiles, cycles a tile, beats a tile), and the first tile's extra
-        (computed once: the search asks for both the cycles and whether they are the bus's)."""
+        (computed once: the search asks a near-tie for both its cycles and :meth:`on_bus`)."""
         tiles = []
         first = 0.0
         for n, load, load_beats in self.kinds:
@@ -405,7 +405,7 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
     # copies it undercounts are DRAM contention. The arbiter grants whole transactions, so
     # shorter ones interleave the loads' and the stores' beats more finely (ResNet-18's C5 on
     # vta_1x16x16: tiles of 14 x 7 outputs 3.5% faster than of 7 x 14, the same estimate).
-    priced: list[tuple[float, int, int, int, int, Conv2dKnobs]] = []
+    priced: list[tuple[float, _Plan, Conv2dKnobs]] = []
     best = float("inf")
     plans = [(plan.floor(), i, plan, k)
              for i, (plan, k) in enumerate((_plan(wl, k, cfg), k) for k in cands)]
@@ -414,7 +414,11 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
             break
         cycles = plan.cycles()
         best = min(best, cycles)
-        priced.append((cycles, round(plan.dram_bytes()), -k.nthreads, k.tile_ci,
-                       plan.burst if plan.on_bus() else 0, k))
-    near = [p for p in priced if p[0] <= best * (1 + NEAR_TIE)]
-    return min(near, key=lambda p: p[1:5])[5]
+        priced.append((cycles, plan, k))
+
+    def tie_key(p: tuple[float, _Plan, Conv2dKnobs]) -> tuple[int, int, int, int]:
+        _, plan, k = p
+        return (round(plan.dram_bytes()), -k.nthreads, k.tile_ci,
+                plan.burst if plan.on_bus() else 0)
+
+    return min((p for p in priced if p[0] <= best * (1 + NEAR_TIE)), key=tie_key)[2]
