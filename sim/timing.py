@@ -402,9 +402,9 @@ class TimingSimulator:
     def retire(self, module: Module, index: int, insn: Insn, start: int) -> None:
         self.fsim.execute(insn, index, self.dram_image)
         self.stats.timeline.append(
-            Slice(module.name.lower(), index, _slice_name(insn), int(start), int(self.env.now))
+            Slice(module.name.lower(), index, slice_name(insn), int(start), int(self.env.now))
         )
-        _account_buffers(self.stats, insn, self.cfg)
+        account_buffers(self.stats, insn, self.cfg)
         if isinstance(insn, GemmInsn):
             self.stats.gemm_busy += costs.gemm_cycles(insn, self.cfg)
             if not insn.reset:
@@ -470,7 +470,7 @@ class TimingSimulator:
         self._check_leftovers(finished.index)
         self.stats.cycles = finished.cycle
         if self.trace:
-            self.stats.counters.extend(_bandwidth_track(self.dram.transactions))
+            self.stats.counters.extend(bandwidth_track(self.dram.transactions))
         self.stats.insn_counts = dict(self.fsim.stats.insn_counts)
         self.stats.actions = self.fsim.stats.actions
         self.stats.actions.add_fetch(len(program.insns), cfg)
@@ -574,7 +574,7 @@ def account_dram_wait(stats: ModuleStats, asks: list[int], txns: list[Transactio
 BANDWIDTH_TRACK = "dram bytes/cycle"
 
 
-def _bandwidth_track(txns: list[tuple[str, Transaction]]) -> list[tuple[str, int, float]]:
+def bandwidth_track(txns: list[tuple[str, Transaction]]) -> list[tuple[str, int, float]]:
     """The data bus's bytes per cycle over time: each transaction's rate from its first beat,
     0 after its last unless the next one's beats follow at once."""
     out: list[tuple[str, int, float]] = []
@@ -586,7 +586,8 @@ def _bandwidth_track(txns: list[tuple[str, Transaction]]) -> list[tuple[str, int
     return out
 
 
-def _slice_name(insn: Insn) -> str:
+def slice_name(insn: Insn) -> str:
+    """A trace slice's name for ``insn``: opcode, operand and shape."""
     if isinstance(insn, MemInsn):
         return f"{insn.opcode.name} {insn.mem_type.name} {insn.y_size}x{insn.x_size}"
     if isinstance(insn, (GemmInsn, AluInsn)):
@@ -604,7 +605,7 @@ def _add(d: dict[str, int], key: str, n: int) -> None:
         d[key] = d.get(key, 0) + n
 
 
-def _account_buffers(stats: SimStats, insn: Insn, cfg: HwConfig) -> None:
+def account_buffers(stats: SimStats, insn: Insn, cfg: HwConfig) -> None:
     """On-chip buffer traffic of one instruction, in bytes."""
     rd, wr = stats.bytes_read, stats.bytes_written
     if isinstance(insn, MemInsn):
