@@ -1,4 +1,4 @@
-"""Throughput of the functional simulator on a synthetic GEMM-heavy program.
+"""Throughput of the functional simulator: a synthetic GEMM-heavy program, or a network.
 
 The program loads inputs and weights once, then runs 1,000 accumulating GEMM instructions of
 512 micro-ops each (two alternating micro-op kernels whose destinations are distinct within a
@@ -9,16 +9,31 @@ checks the stored and accumulated results bit-exactly against numpy.
 
 Run from the repository root: ``python benchmarks/fsim_throughput.py [--config NAME]
 [--repeats N] [--gemms N] [--uops N]``. Kernels are shrunk to fit the buffers of small configs.
+
+With ``--network NAME`` (``resnet18``) it compiles the zoo network (``accel.compile``, cached
+in ``$ACCEL_CACHE_DIR``), runs it once on a random input with the ``fsim`` backend, recording
+every accelerator layer's program and input DRAM image, then times the functional simulator
+on all of those layer programs (a fresh simulator per layer, as the backend does), against a
+baseline implementation: ``sim/functional.py`` as of git revision ``--baseline`` (``HEAD`` by
+default), loaded as a separate module. The two run alternately, ``--repeats`` times each, every
+pass starting from cleared module caches (a fresh process's state); it prints the wall time of
+each pass, the best and the median, their ratio, and checks that both leave identical DRAM
+images and ``FsimStats.to_dict()``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,11 +44,14 @@ except ImportError:  # not installed: run from a checkout
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from accel.machine.builder import ProgramBuilder
 
+import sim.functional
 from accel.machine.config import HwConfig, load_config
 from accel.machine.dram import Dram
 from accel.machine.isa import MemType
 from accel.machine.program import Program
 from sim.functional import FunctionalSimulator
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -113,15 +131,113 @@ def eng(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
+# --------------------------------------------------------------------------- a network's layers
+def network_layers(name: str, seed: int = 0) -> list[tuple[Program, Dram]]:
+    """Every accelerator layer's program and input DRAM image of zoo network ``name``, run once
+    with the ``fsim`` backend on a random int8 input (each layer's input is its predecessors'
+    output, as in a real run)."""
+    import accel
+
+    start = time.perf_counter()
+    exe = accel.compile(name)
+    print(f"compiled {name} in {time.perf_counter() - start:.1f} s")
+    graph = exe.graph
+    value = graph.values[graph.inputs[0]]
+    x = np.random.default_rng(seed).integers(-128, 128, size=value.shape).astype(value.dtype)
+    layers: list[tuple[Program, Dram]] = []
+    run = FunctionalSimulator.run
+
+    def recording(self: FunctionalSimulator, program: Program, dram: Dram) -> Any:
+        layers.append((program, dram.copy()))
+        return run(self, program, dram)
+
+    FunctionalSimulator.run = recording  # type: ignore[method-assign]
+    try:
+        exe.run(x, backend="fsim")
+    finally:
+        FunctionalSimulator.run = run  # type: ignore[method-assign]
+    return layers
+
+
+def baseline_module(rev: str) -> ModuleType:
+    """``sim/functional.py`` at git revision ``rev``, imported as a module of its own."""
+    source = subprocess.run(["git", "show", f"{rev}:sim/functional.py"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp(prefix="fsim-baseline-")) / "fsim_baseline.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("fsim_baseline", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["fsim_baseline"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def clear_caches(module: ModuleType) -> None:
+    """Empty a simulator module's process-wide caches (a fresh process's state)."""
+    for name in ("_PLANS", "_DELTAS", "_COUNT_FIELDS"):
+        cache = getattr(module, name, None)
+        if isinstance(cache, dict):
+            cache.clear()
+
+
+def time_layers(module: ModuleType, layers: list[tuple[Program, Dram]]
+                ) -> tuple[float, list[tuple[NDArray[np.uint8], dict[str, Any]]]]:
+    """Wall seconds of ``module``'s simulator over ``layers`` (image copies outside the timing)
+    and each layer's resulting DRAM bytes and counters."""
+    clear_caches(module)
+    seconds, results = 0.0, []
+    for program, image in layers:
+        dram = image.copy()
+        start = time.perf_counter()
+        stats = module.FunctionalSimulator(program.config).run(program, dram)
+        seconds += time.perf_counter() - start
+        results.append((dram.data.copy(), stats.to_dict()))
+    return seconds, results
+
+
+def network_main(args: argparse.Namespace) -> int:
+    layers = network_layers(args.network)
+    n_insns = sum(len(p.insns) for p, _ in layers)
+    print(f"{args.network}: {len(layers)} accelerator layer programs, {n_insns} instructions, "
+          f"config {layers[0][0].config.name}")
+    impls = {f"baseline ({args.baseline})": baseline_module(args.baseline),
+             "current": sim.functional}
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    results: dict[str, list[tuple[NDArray[np.uint8], dict[str, Any]]]] = {}
+    for _ in range(args.repeats):
+        for name, module in impls.items():      # alternate: load changes hit both alike
+            seconds, results[name] = time_layers(module, layers)
+            times[name].append(seconds)
+    for name, ts in times.items():
+        print(f"{name:>18}: best {min(ts):.3f} s, median {statistics.median(ts):.3f} s "
+              f"(passes: {', '.join(f'{t:.3f}' for t in ts)})")
+    base, current = (times[name] for name in impls)
+    print(f"speed-up: {min(base) / min(current):.2f}x best to best, "
+          f"{statistics.median(base) / statistics.median(current):.2f}x median to median")
+    first, second = results.values()
+    same_dram = all(np.array_equal(a[0], b[0]) for a, b in zip(first, second, strict=True))
+    same_stats = all(a[1] == b[1] for a, b in zip(first, second, strict=True))
+    print(f"check: DRAM images {'identical' if same_dram else 'DIFFER'}, FsimStats "
+          f"{'identical' if same_stats else 'DIFFER'} on all {len(layers)} layers")
+    return 0 if same_dram and same_stats else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="default", help="config name or YAML path")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--gemms", type=int, default=1000, help="accumulating GEMM insns")
     parser.add_argument("--uops", type=int, default=512, help="micro-ops per GEMM")
+    parser.add_argument("--network", help="time a zoo network's layer programs (resnet18) "
+                        "against --baseline instead")
+    parser.add_argument("--baseline", default="HEAD",
+                        help="git revision of sim/functional.py to compare with (--network)")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.gemms < 1:
         parser.error("--repeats and --gemms must be >= 1")
+    if args.network:
+        return network_main(args)
 
     cfg = load_config(args.config)
     work = build_workload(cfg, args.gemms, args.uops)

@@ -24,10 +24,35 @@ Semantics (DESIGN.md §3):
 - ALU: the same loop; ``acc[dst] = op(acc[dst], imm or acc[src])`` elementwise, in micro-op
   order. MIN, MAX, ADD (wrap), MUL (wrap, low 32 bits), SHR by ``s``: arithmetic right shift by
   ``min(s, 31)`` when ``s >= 0``, else left shift by ``-s`` (wrap; zero once ``-s >= 32``).
+
+How it is fast and still exact:
+
+- GEMM products are computed in float32 (float64 where a reduction is too long) by BLAS. Every
+  product of two int8 values is an integer of magnitude at most ``128 * 128 = 2**14``, so a sum
+  of ``k`` of them, and every partial sum on the way, is an integer of magnitude at most
+  ``k * 2**14``: exactly representable in float32 while ``k <= 1024`` (``2**24``), in float64
+  while ``k <= 2**39``. A floating-point sum whose every partial sum is representable is exact
+  in any order (and with FMA), so the result equals the integer sum. int32 accumulation wraps
+  modulo ``2**32``, so ``wrap(acc + p1 + p2 ...)`` step by step equals ``wrap(acc + sum p)``:
+  micro-ops of one destination may be summed in any order, then added once.
+- A GEMM whose micro-ops give every destination the same number ``m`` of products, and whose
+  destinations fall into a few sets that accumulate the same ``m`` weight tiles (a
+  convolution's do), is one batched matrix product per instruction: ``(sets, rows, m *
+  block_in) @ (sets, m * block_in, block_out)`` (:func:`_gemm_blocks`).
+- Micro-op loop plans (indices, range checks, groupings) are cached by the loop's fields and
+  the micro-op words of its range, so a kernel re-loaded into the uop buffer is not re-planned.
+- Instruction counts and energy actions (:class:`~accel.machine.actions.ActionCounts`) are
+  counted per distinct instruction: each retired instruction bumps a counter keyed by its field
+  values, and :attr:`FunctionalSimulator.stats` adds ``n`` times each distinct instruction's
+  :meth:`~accel.machine.actions.ActionCounts.add_insn` counts (they are sums over instructions
+  of a function of the instruction's fields and the config), in first-retired order, when read.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import operator
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,7 +160,13 @@ def alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
 def post_process(acc: np.ndarray, insn: MemInsn) -> np.ndarray:
     """A STORE ACC's elements: ``acc`` (int32) shifted right arithmetically by ``insn.shift``,
     clipped to ``[insn.clip_lo, insn.clip_hi]``, as int8."""
-    return np.clip(acc >> insn.shift, insn.clip_lo, insn.clip_hi).astype(np.int8)
+    shifted = np.asarray(acc) >> insn.shift
+    if not isinstance(shifted, np.ndarray):  # a scalar
+        return np.clip(shifted, insn.clip_lo, insn.clip_hi).astype(np.int8)
+    # clip(x, lo, hi) is min(max(x, lo), hi): the same, in place, without np.clip's wrappers.
+    np.maximum(shifted, insn.clip_lo, out=shifted)
+    np.minimum(shifted, insn.clip_hi, out=shifted)
+    return shifted.astype(np.int8)
 
 
 def _loop_indices(insn: GemmInsn | AluInsn, uops: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -153,6 +184,49 @@ def _loop_indices(insn: GemmInsn | AluInsn, uops: np.ndarray) -> tuple[np.ndarra
     return dst, src
 
 
+_GEMM_PLAN_FIELDS = operator.attrgetter(
+    "uop_bgn", "uop_end", "iter_out", "iter_in", "dst_factor_out", "dst_factor_in",
+    "src_factor_out", "src_factor_in", "wgt_factor_out", "wgt_factor_in", "reset", "from_acc")
+_ALU_PLAN_FIELDS = operator.attrgetter(
+    "uop_bgn", "uop_end", "iter_out", "iter_in", "dst_factor_out", "dst_factor_in",
+    "src_factor_out", "src_factor_in", "use_imm")
+"""The fields a micro-op loop's plan depends on (with the micro-op words of its range)."""
+
+_PLAN_CACHE_SIZE = 4096
+
+_PLANS: dict[HwConfig, dict[tuple[object, ...], _LoopPlan]] = {}
+"""Micro-op loop plans by config and (micro-op words, loop kind, loop fields, tunables): a
+pure function of those (its range checks passed), so shared by every simulator of the
+process. Plans are never modified."""
+
+_DELTAS: dict[HwConfig, dict[object, tuple[tuple[str, str | None, int], ...]]] = {}
+"""``ActionCounts.add_insn``'s non-zero counts by config and :func:`_count_key`: a pure
+function of the two, so shared by every simulator of the process."""
+_DELTAS_SIZE = 1 << 16
+
+
+_UNCOUNTED_FIELDS: dict[type, tuple[str, ...]] = {MemInsn: ("dram_base",), AluInsn: ("imm",)}
+"""Fields no count depends on: no action count (``ActionCounts.add_insn``) reads a DRAM address
+or an ALU immediate, the invariant ``runtime.backends.timing_signature`` relies on too (a
+cached timing result, its action counts included, serves programs differing in those)."""
+
+_COUNT_FIELDS: dict[type, Any] = {}
+
+
+def _count_key(insn: Insn) -> tuple[object, ...]:
+    """The key an instruction's counts are kept under: its type and its fields but those of
+    :data:`_UNCOUNTED_FIELDS`; instructions of one key have the same ``count_key`` and the
+    same ``ActionCounts.add_insn`` counts."""
+    kind = type(insn)
+    getter = _COUNT_FIELDS.get(kind)
+    if getter is None:
+        skip = _UNCOUNTED_FIELDS.get(kind, ())
+        names = [f.name for f in dataclasses.fields(insn) if f.name not in skip]
+        fields = operator.attrgetter(*names) if names else (lambda _: ())
+        getter = _COUNT_FIELDS[kind] = (lambda x: (fields(x),)) if len(names) == 1 else fields
+    return (kind, getter(insn))
+
+
 class FunctionalSimulator:
     """Executes programs instruction by instruction on its own SRAM state.
 
@@ -165,10 +239,79 @@ class FunctionalSimulator:
     def __init__(self, cfg: HwConfig) -> None:
         self.cfg = cfg
         self.sram = SramState(cfg)
-        self.stats = FsimStats()
+        self._stats = FsimStats()
         self._exact_f32 = cfg.block_in <= 1024
         self._plans: dict[tuple[object, ...], _LoopPlan] = {}
+        """Plans by (uop epoch, loop kind, loop fields): valid until the next LOAD UOP."""
+        self._plans_by_kernel: dict[tuple[object, ...], _LoopPlan] = {}
+        """Plans by (micro-op words of the range, loop kind, loop fields): valid always."""
+        if len(_PLANS) >= 64:
+            _PLANS.clear()
+        self._shared_plans = _PLANS.setdefault(cfg, {})
         self._uop_epoch = 0
+        self._pending: dict[object, list[Any]] = {}
+        """Retired instructions not yet in ``stats``: key -> [instruction, times retired]."""
+        if len(_DELTAS) >= 64:
+            _DELTAS.clear()
+        self._deltas = _DELTAS.setdefault(cfg, {})
+        """Each distinct instruction's non-zero ``ActionCounts.add_insn`` counts on ``cfg``
+        (shared by the simulators of equal configs: a network's layers)."""
+        self._scratch = ActionCounts()
+        self._macs_per_uop = cfg.batch * cfg.block_in * cfg.block_out
+        self._tile_bytes = {t: cfg.tile_bytes(t.buffer) for t in MemType}
+        self._buffer_name = {t: t.buffer for t in MemType}
+        # DRAM holds elements little-endian: a LOAD reads them as such, into the native type;
+        # on a little-endian host, as bytes into a byte view of the buffer.
+        self._le_dtype = {t: self.sram.buffer(t).dtype.newbyteorder("<") for t in MemType}
+        self._raw: dict[MemType, np.ndarray] = {}
+        if sys.byteorder == "little":
+            for t in (MemType.INP, MemType.WGT, MemType.ACC):
+                buffer = self.sram.buffer(t)
+                if buffer.dtype.itemsize * buffer[0].size == self._tile_bytes[t]:
+                    self._raw[t] = buffer.reshape(-1).view(np.uint8)
+
+    # ------------------------------------------------------------------ counters
+    @property
+    def stats(self) -> FsimStats:
+        """The counters of everything retired so far."""
+        if self._pending:
+            self._flush()
+        return self._stats
+
+    @stats.setter
+    def stats(self, value: FsimStats) -> None:
+        if self._pending:
+            self._flush()
+        self._stats = value
+
+    def _flush(self) -> None:
+        """Add the pending instructions' counts: ``n`` retirements of one instruction count
+        ``n`` times its ``add_insn`` counts (linear in the instructions retired)."""
+        pending, self._pending = self._pending, {}
+        stats, cfg, deltas = self._stats, self.cfg, self._deltas
+        counts, actions = stats.insn_counts, stats.actions
+        for key, (insn, n) in pending.items():
+            name = count_key(insn)
+            counts[name] = counts.get(name, 0) + n
+            delta = deltas.get(key)
+            if delta is None:
+                if len(deltas) >= _DELTAS_SIZE:
+                    deltas.clear()
+                delta = deltas[key] = _action_delta(insn, cfg, self._scratch)
+            for attr, sub, value in delta:
+                if sub is None:
+                    setattr(actions, attr, getattr(actions, attr) + n * value)
+                else:
+                    table = getattr(actions, attr)
+                    table[sub] = table.get(sub, 0) + n * value
+
+    def _count(self, insn: Insn) -> None:
+        key = _count_key(insn)
+        entry = self._pending.get(key)
+        if entry is None:
+            self._pending[key] = [insn, 1]
+        else:
+            entry[1] += 1
 
     # ------------------------------------------------------------------ program level
     def run(self, program: Program, dram: Dram) -> FsimStats:
@@ -189,9 +332,10 @@ class FunctionalSimulator:
             )
         program.validate()
         place_program(program, dram)
-        self.stats.actions.add_fetch(len(program.insns), self.cfg)
+        self._stats.actions.add_fetch(len(program.insns), self.cfg)
+        execute = self.execute
         for index, insn in retire_order(program):
-            self.execute(insn, index, dram)
+            execute(insn, index, dram)
         return self.stats
 
     # ------------------------------------------------------------------ instruction level
@@ -200,7 +344,17 @@ class FunctionalSimulator:
 
         The timing simulator calls this in the order its model retires instructions.
         """
-        if isinstance(insn, MemInsn):
+        kind = type(insn)
+        if kind is GemmInsn:
+            self._gemm(insn, index)  # type: ignore[arg-type]
+        elif kind is MemInsn:
+            if insn.store:  # type: ignore[attr-defined]
+                self._store(insn, index, dram)  # type: ignore[arg-type]
+            else:
+                self._load(insn, index, dram)  # type: ignore[arg-type]
+        elif kind is AluInsn:
+            self._alu(insn, index)  # type: ignore[arg-type]
+        elif isinstance(insn, MemInsn):
             if insn.store:
                 self._store(insn, index, dram)
             else:
@@ -209,51 +363,86 @@ class FunctionalSimulator:
             self._gemm(insn, index)
         elif isinstance(insn, AluInsn):
             self._alu(insn, index)
-        self._count(insn)
-
-    def _count(self, insn: Insn) -> None:
-        key = count_key(insn)
-        self.stats.insn_counts[key] = self.stats.insn_counts.get(key, 0) + 1
-        self.stats.actions.add_insn(insn, self.cfg)
+        # Counted once its effect is applied (:meth:`_count`, inlined).
+        key = _count_key(insn)
+        entry = self._pending.get(key)
+        if entry is None:
+            self._pending[key] = [insn, 1]
+        else:
+            entry[1] += 1
 
     def _dram_rows(self, insn: MemInsn, index: int, dram: Dram, elem: int) -> np.ndarray:
         """``(y_size, x_size * elem)`` strided uint8 view of the DRAM side of a LOAD/STORE."""
+        data = dram.data
         start = insn.dram_base * elem
-        last = start + ((insn.y_size - 1) * insn.x_stride + insn.x_size) * elem
-        if last > dram.nbytes:
+        y_size, row = insn.y_size, insn.x_size * elem
+        stride = insn.x_stride * elem
+        last = start + (y_size - 1) * stride + row
+        if last > data.size:
             raise SimulationError(
                 f"instruction {index} ({count_key(insn)}): DRAM range "
                 f"[{start}, {last}) is beyond the {dram.nbytes}-byte image"
             )
+        if start >= 0:
+            if y_size == 1 or stride == row:            # one contiguous run
+                return data[start : start + y_size * row].reshape(y_size, row)
+            if stride > row and start + y_size * stride <= data.size:
+                return data[start : start + y_size * stride].reshape(y_size, stride)[:, :row]
         return np.lib.stride_tricks.as_strided(
-            dram.data[start:],
-            shape=(insn.y_size, insn.x_size * elem),
-            strides=(insn.x_stride * elem, 1),
+            data[start:],
+            shape=(y_size, row),
+            strides=(stride, 1),
             writeable=True,
         )
 
     def _load(self, insn: MemInsn, index: int, dram: Dram) -> None:
-        cfg = self.cfg
-        buffer = self.sram.buffer(insn.mem_type)
-        elem = cfg.tile_bytes(insn.mem_type.buffer)
-        if not (insn.y_size and insn.x_size):
+        y_size, x_size = insn.y_size, insn.x_size
+        if not (y_size and x_size):
             return  # a zero-size LOAD only carries tokens: no padding is written either
-        if insn.mem_type is MemType.UOP:
-            self._uop_epoch += 1  # cached micro-op loop plans are stale
-        block = np.zeros((insn.rows, insn.cols, *buffer.shape[1:]), dtype=buffer.dtype)
+        mem_type = insn.mem_type
+        raw = self._raw.get(mem_type)
+        if raw is None:
+            self._load_typed(insn, index, dram)
+            return
+        # The buffer as bytes: DRAM holds little-endian elements, as does this host.
+        elem = self._tile_bytes[mem_type]
         rows = self._dram_rows(insn, index, dram, elem)
-        if insn.mem_type is MemType.UOP:
-            words = rows.reshape(-1).view(f"<u{cfg.uop_bytes}")
-            data = decode_uops(words, cfg)
+        y0, x0 = insn.y_pad_0, insn.x_pad_0
+        n_cols = x0 + x_size + insn.x_pad_1
+        n = (y0 + y_size + insn.y_pad_1) * n_cols
+        lo = insn.sram_base * elem
+        target = raw[lo : lo + n * elem]
+        if n == y_size * x_size:
+            target.reshape(y_size, x_size * elem)[...] = rows
         else:
-            data = rows.reshape(-1).view(buffer.dtype.newbyteorder("<"))
-        block[insn.y_pad_0 : insn.y_pad_0 + insn.y_size,
-              insn.x_pad_0 : insn.x_pad_0 + insn.x_size] = data.reshape(
-            (insn.y_size, insn.x_size, *buffer.shape[1:])
-        )
-        self.stats.bytes_loaded[insn.mem_type.buffer] += insn.y_size * insn.x_size * elem
-        n = insn.rows * insn.cols
-        buffer[insn.sram_base : insn.sram_base + n] = block.reshape((n, *buffer.shape[1:]))
+            target.fill(0)                                      # zeros in the pad
+            target.reshape(-1, n_cols * elem)[y0 : y0 + y_size,
+                                              x0 * elem : (x0 + x_size) * elem] = rows
+        self._stats.bytes_loaded[self._buffer_name[mem_type]] += y_size * x_size * elem
+
+    def _load_typed(self, insn: MemInsn, index: int, dram: Dram) -> None:
+        """A LOAD element by element (of the buffer's type): micro-ops, decoded, and every
+        buffer on a big-endian host."""
+        y_size, x_size = insn.y_size, insn.x_size
+        mem_type = insn.mem_type
+        elem = self._tile_bytes[mem_type]
+        rows = self._dram_rows(insn, index, dram, elem)
+        y0, x0 = insn.y_pad_0, insn.x_pad_0
+        n_rows, n_cols = y0 + y_size + insn.y_pad_1, x0 + x_size + insn.x_pad_1
+        base = insn.sram_base
+        if mem_type is MemType.UOP:
+            self._uop_epoch += 1  # plans cached by epoch are stale (those by kernel are not)
+            words = rows.reshape(-1).view(f"<u{self.cfg.uop_bytes}")
+            data = decode_uops(words, self.cfg)
+        else:
+            data = rows.view(self._le_dtype[mem_type])   # the last axis is contiguous
+        buffer = self.sram.buffer(mem_type)
+        tile = buffer.shape[1:]
+        block = buffer[base : base + n_rows * n_cols].reshape(n_rows, n_cols, *tile)
+        if n_rows != y_size or n_cols != x_size:  # zeros in the pad
+            block[...] = 0
+        block[y0 : y0 + y_size, x0 : x0 + x_size] = data.reshape(y_size, x_size, *tile)
+        self._stats.bytes_loaded[self._buffer_name[mem_type]] += y_size * x_size * elem
 
     def _store(self, insn: MemInsn, index: int, dram: Dram) -> None:
         if not (insn.y_size and insn.x_size):
@@ -266,7 +455,7 @@ class FunctionalSimulator:
         else:
             src = self.sram.out[insn.sram_base : insn.sram_base + n]
         rows[...] = src.reshape(insn.y_size, insn.x_size * elem).view(np.uint8)
-        self.stats.bytes_stored += n * elem
+        self._stats.bytes_stored += n * elem
 
     def _check_range(self, insn: Insn, index: int, name: str, idx: np.ndarray,
                      depth: int) -> None:
@@ -291,19 +480,39 @@ class FunctionalSimulator:
                 f"earliest)")
 
     def _plan(self, insn: GemmInsn | AluInsn, index: int) -> _LoopPlan:
-        """The index plan of a micro-op loop, range-checked; cached until the next LOAD UOP."""
-        is_gemm = isinstance(insn, GemmInsn)
-        key = (
-            self._uop_epoch, is_gemm, insn.uop_bgn, insn.uop_end, insn.iter_out, insn.iter_in,
-            insn.dst_factor_out, insn.dst_factor_in, insn.src_factor_out, insn.src_factor_in,
-            insn.wgt_factor_out if is_gemm else 0,  # type: ignore[union-attr]
-            insn.wgt_factor_in if is_gemm else 0,  # type: ignore[union-attr]
-            (insn.reset if is_gemm else insn.use_imm),  # type: ignore[union-attr]
-            is_gemm and insn.from_acc,  # type: ignore[union-attr]
-        )
+        """The index plan of a micro-op loop, range-checked.
+
+        A plan is a function of the loop's fields, the micro-op words of its range and the
+        config, so it is cached by those: by the uop buffer's epoch (bumped by every LOAD
+        UOP) first, which needs no look at the words, then by the words themselves, and
+        then in the process-wide cache of plans (:data:`_PLANS`: a network's layers repeat
+        kernels)."""
+        is_gemm = type(insn) is GemmInsn or isinstance(insn, GemmInsn)
+        fields = _GEMM_PLAN_FIELDS(insn) if is_gemm else _ALU_PLAN_FIELDS(insn)
+        key = (self._uop_epoch, is_gemm, fields)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
+        words = self.sram.uop[insn.uop_bgn : insn.uop_end].tobytes()
+        kernel_key = (words, is_gemm, fields)
+        plan = self._plans_by_kernel.get(kernel_key)
+        if plan is None:
+            shared_key = (kernel_key, _MAX_BLOCKS, _WIDE_PRODUCT)  # the tunables too
+            plan = self._shared_plans.get(shared_key)
+            if plan is None:
+                plan = self._build_plan(insn, index)
+                if len(self._shared_plans) >= _PLAN_CACHE_SIZE:
+                    self._shared_plans.clear()
+                self._shared_plans[shared_key] = plan
+            if len(self._plans_by_kernel) >= _PLAN_CACHE_SIZE:
+                self._plans_by_kernel.clear()
+            self._plans_by_kernel[kernel_key] = plan
+        if len(self._plans) >= _PLAN_CACHE_SIZE:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _build_plan(self, insn: GemmInsn | AluInsn, index: int) -> _LoopPlan:
         cfg = self.cfg
         indices = _loop_indices(insn, self.sram.uop)
         dst, src = indices[0], indices[1]
@@ -313,26 +522,30 @@ class FunctionalSimulator:
             self._check_range(insn, index, "acc", dst, cfg.acc_depth)
             self._check_range(insn, index, "acc src", src, cfg.acc_depth)
             ordered = _alu_vectorisable(dst, src, False, cfg.acc_depth)
-            plan = _LoopPlan(dst, src, None, None, None, None, ordered)
-        elif isinstance(insn, GemmInsn):
+            if ordered:  # distinct destinations: in destination order, maybe one range
+                by_dst = np.argsort(dst, kind="stable")
+                span = _as_range(dst[by_dst])
+                if span is not None:
+                    return _LoopPlan(dst, np.ascontiguousarray(src[by_dst]), None, None, None,
+                                     None, ordered, dst_range=span)
+            return _LoopPlan(dst, src, None, None, None, None, ordered)
+        if isinstance(insn, GemmInsn):
             self._check_range(insn, index, "acc", dst, cfg.acc_depth)
-            if not insn.reset:
-                self._check_range(insn, index, "inp", src, cfg.inp_depth)
-                self._check_range(insn, index, "wgt", indices[2], cfg.wgt_depth)
-            plan = _LoopPlan(dst, src, indices[2], *_group_by_index(dst),
-                             blocks=_gemm_blocks(dst, src, indices[2]))
-        else:
-            self._check_range(insn, index, "acc dst", dst, cfg.acc_depth)
-            if not insn.use_imm:
-                self._check_range(insn, index, "acc src", src, cfg.acc_depth)
-            elif cfg.alu.ii == 1:
-                self._check_back_to_back(insn, index, dst)
-            ordered = _alu_vectorisable(dst, src, insn.use_imm, cfg.acc_depth)
-            plan = _LoopPlan(dst, src, None, None, None, None, ordered)
-        if len(self._plans) >= 4096:
-            self._plans.clear()
-        self._plans[key] = plan
-        return plan
+            if insn.reset:
+                return _LoopPlan(dst, src, indices[2], None, None, None,
+                                 dst_range=_as_range(np.unique(dst)))
+            self._check_range(insn, index, "inp", src, cfg.inp_depth)
+            self._check_range(insn, index, "wgt", indices[2], cfg.wgt_depth)
+            blocks = _gemm_blocks(dst, src, indices[2], (cfg.batch, cfg.block_out, cfg.block_in))
+            groups = _group_by_index(dst) if blocks is None else (None, None, None)
+            return _LoopPlan(dst, src, indices[2], *groups, blocks=blocks)
+        self._check_range(insn, index, "acc dst", dst, cfg.acc_depth)
+        if not insn.use_imm:
+            self._check_range(insn, index, "acc src", src, cfg.acc_depth)
+        elif cfg.alu.ii == 1:
+            self._check_back_to_back(insn, index, dst)
+        ordered = _alu_vectorisable(dst, src, insn.use_imm, cfg.acc_depth)
+        return _LoopPlan(dst, src, None, None, None, None, ordered)
 
     def _gemm(self, insn: GemmInsn, index: int) -> None:
         sram = self.sram
@@ -342,53 +555,100 @@ class FunctionalSimulator:
             return
         if insn.reset and insn.from_acc:
             if plan.vectorisable:
-                sram.acc[dst] = sram.acc[plan.src]
+                # All at once equals one by one (no destination read or written twice).
+                values = np.take(sram.acc, plan.src, axis=0)
+                if plan.dst_range is not None:  # plan.src is in destination order
+                    lo, hi = plan.dst_range
+                    sram.acc[lo:hi] = values
+                    sram.out[lo:hi] = values    # casting keeps the low 8 bits
+                else:
+                    sram.acc[dst] = values
+                    sram.out[dst] = values
+                return
             else:
                 for d, s in zip(dst.tolist(), plan.src.tolist(), strict=True):
                     sram.acc[d] = sram.acc[s]
             sram.out[dst] = sram.acc[dst].astype(np.int8)
             return
         if insn.reset:
-            sram.acc[dst] = 0
-            sram.out[dst] = 0
+            if plan.dst_range is not None:  # the destinations are one range: slices
+                lo, hi = plan.dst_range
+                sram.acc[lo:hi] = 0
+                sram.out[lo:hi] = 0
+            else:
+                sram.acc[dst] = 0
+                sram.out[dst] = 0
             return
-        self.stats.gemm_uops += dst.size  # as VTA's fsim: reset micro-ops are not counted
-        ftype = np.float32 if self._exact_f32 else np.float64
+        self._stats.gemm_uops += dst.size  # as VTA's fsim: reset micro-ops are not counted
+        self._stats.macs += dst.size * self._macs_per_uop
         if plan.blocks is not None:
-            self._gemm_blocks(plan)
+            self._gemm_blocks(plan.blocks)
             return
-        a = sram.inp[plan.src].astype(ftype)                      # (n, batch, block_in)
-        w = sram.wgt[plan.wgt].astype(ftype).transpose(0, 2, 1)   # (n, block_in, block_out)
+        ftype = np.float32 if self._exact_f32 else np.float64
+        a = np.take(sram.inp, plan.src, axis=0).astype(ftype)     # (n, batch, block_in)
+        w = np.take(sram.wgt, plan.wgt, axis=0).astype(ftype).transpose(0, 2, 1)
         prod = np.matmul(a, w).astype(np.int64)                   # exact: |sum| < 2**24
-        self.stats.macs += dst.size * self.cfg.batch * self.cfg.block_in * self.cfg.block_out
         if plan.order is None:
             targets, sums = dst, prod
         else:
             targets = plan.targets
             sums = np.add.reduceat(prod[plan.order], plan.starts, axis=0)
-        result = _wrap32(sram.acc[targets].astype(np.int64) + sums)
+        result = _wrap32(np.take(sram.acc, targets, axis=0).astype(np.int64) + sums)
         sram.acc[targets] = result
         sram.out[targets] = result.astype(np.int8)
 
-    def _gemm_blocks(self, plan: _LoopPlan) -> None:
-        """The block form of :func:`_gemm_blocks`: one product per weight sequence. A row sums
-        ``m * block_in`` products of at most 2**14: exact in float32 up to 1024 of them, else
-        computed in float64 (exact below 2**53)."""
+    def _gemm_blocks(self, blocks: _Blocks) -> None:
+        """The block form of a GEMM (:func:`_gemm_blocks`): one matrix product.
+
+        Each output element sums ``m * block_in`` products of magnitude at most ``2**14``:
+        exact in float32 up to ``m * block_in = 1024`` (every partial sum an integer below
+        ``2**24``), else computed in float64 (exact below ``2**53``). A float32 result then
+        fits int32, so int32 addition (wrapping) adds it to the accumulator; a float64 one
+        goes through int64 and is wrapped."""
         cfg, sram = self.cfg, self.sram
-        assert plan.blocks is not None
         b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
-        for dests, srcs, wseq in plan.blocks:
-            m = len(wseq)
-            ftype = np.float32 if m * bi <= 1024 else np.float64
-            a = sram.inp[srcs].astype(ftype)                  # (r, m, b, bi)
-            a = a.transpose(0, 2, 1, 3).reshape(-1, m * bi)   # (r * b, m * bi)
-            w = sram.wgt[wseq].astype(ftype)                  # (m, bo, bi)
-            w = w.transpose(0, 2, 1).reshape(m * bi, bo)      # (m * bi, bo)
-            part = (a @ w).reshape(len(dests), b, bo).astype(np.int64)
-            result = _wrap32(sram.acc[dests].astype(np.int64) + part)
-            sram.acc[dests] = result
-            sram.out[dests] = result.astype(np.int8)
-        self.stats.macs += plan.dst.size * b * bi * bo
+        m, sets = blocks.m, blocks.sets
+        k = m * bi
+        ftype = np.float32 if k <= 1024 else np.float64
+        # Gathers of whole tiles with take: much faster than fancy indexing.
+        a = sram.inp.take(blocks.srcs, axis=0)                  # (rows * m, b, bi) int8
+        rows = len(blocks.srcs) // m
+        if b != 1:
+            a = a.reshape(rows, m, b, bi).transpose(0, 2, 1, 3)
+        a = a.reshape(rows * b, k).astype(ftype)                # row: destination, batch
+        # The right-hand matrices, gathered element by element already transposed.
+        w = sram.wgt.reshape(-1).take(blocks.wgt_elems).astype(ftype)
+        if blocks.wide:             # all sets at once: (rows * b, sets * bo), set-major view
+            part = (a @ w.reshape(k, sets * bo)).reshape(-1, b, sets, bo).transpose(2, 0, 1, 3)
+        elif blocks.bounds is None:                             # sets of equal size
+            # Shared sources: one left-hand matrix for every set (broadcast, not copied).
+            # One BLAS call per set, each of the size the per-set products have (a single
+            # product of all sets side by side would be large enough for BLAS to thread).
+            left = a[None] if blocks.shared else a.reshape(sets, -1, k)
+            part = np.matmul(left, w.reshape(sets, k, bo)).reshape(sets, -1, b, bo)
+        else:
+            w = w.reshape(sets, k, bo)
+            part = np.empty((rows * b, bo), dtype=ftype)
+            for g in range(sets):
+                lo, hi = blocks.bounds[g] * b, blocks.bounds[g + 1] * b
+                np.matmul(a[lo:hi], w[g], out=part[lo:hi])
+            part = part.reshape(1, rows, b, bo)
+        # part: (sets, destinations of a set, b, bo), destinations in the order of dests.
+        if blocks.dest_range is not None:
+            lo, hi = blocks.dest_range
+            acc = sram.acc[lo:hi].reshape(part.shape)
+        else:
+            acc = sram.acc.take(blocks.dests, axis=0).reshape(part.shape)
+        if ftype is np.float32:
+            acc += part.astype(np.int32)                # |part| <= 2**24: exact; int32 wraps
+        else:
+            acc[...] = _wrap32(acc.astype(np.int64) + part.astype(np.int64))
+        if blocks.dest_range is not None:
+            sram.out[lo:hi] = sram.acc[lo:hi]               # casting keeps the low 8 bits
+        else:
+            result = acc.reshape(-1, b, bo)
+            sram.acc[blocks.dests] = result
+            sram.out[blocks.dests] = result
 
     def _alu(self, insn: AluInsn, index: int) -> None:
         sram = self.sram
@@ -396,7 +656,7 @@ class FunctionalSimulator:
         dst, src = plan.dst, plan.src
         if not dst.size:
             return
-        self.stats.alu_uops += dst.size
+        self._stats.alu_uops += dst.size
         if plan.vectorisable:
             operand = insn.imm if insn.use_imm else sram.acc[src]
             result = alu_apply(insn.alu_op, sram.acc[dst], operand)
@@ -411,6 +671,59 @@ class FunctionalSimulator:
             sram.out[d] = result.astype(np.int8)
 
 
+def _action_delta(insn: Insn, cfg: HwConfig,
+                  scratch: ActionCounts) -> tuple[tuple[str, str | None, int], ...]:
+    """The non-zero counts ``ActionCounts.add_insn(insn, cfg)`` adds, as ``(field, key or None,
+    count)``, counted on ``scratch`` (all zeros before and after)."""
+    scratch.add_insn(insn, cfg)
+    out: list[tuple[str, str | None, int]] = []
+    for name, value in vars(scratch).items():
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if v:
+                    out.append((name, k, v))
+                    value[k] = 0
+        elif value:
+            out.append((name, None, value))
+            setattr(scratch, name, 0)
+    return tuple(out)
+
+
+def _as_range(idx: np.ndarray) -> tuple[int, int] | None:
+    """``(lo, hi)`` when ``idx`` is exactly ``lo, lo + 1, ..., hi - 1`` (else None)."""
+    if not idx.size:
+        return None
+    lo = int(idx[0])
+    if int(idx[-1]) - lo + 1 != idx.size or not np.array_equal(idx, np.arange(lo, lo + idx.size)):
+        return None
+    return lo, lo + idx.size
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """A GEMM as one matrix product (:func:`_gemm_blocks`).
+
+    ``dests``: the ``n`` destinations, set by set, ``n / sets`` each unless ``bounds`` (the
+    sets' starts in ``dests``, and ``n``) says otherwise; ``dest_range``: ``(lo, hi)`` when
+    ``dests`` is ``lo .. hi - 1`` in order. ``srcs``: the source tiles, ``m`` per destination
+    (in the order of its set's weight tiles), of every destination, or, when ``shared`` (every
+    set reads the same tiles for its ``i``-th destination), of the first set's only.
+    ``wgt_elems``: the flat wgt buffer elements of the right-hand matrices, a ``(m * block_in,
+    block_out)`` one per set, element ``(k * block_in + i, o)`` being ``wgt[seq[k]][o, i]`` for
+    the set's weight tiles ``seq``; when ``wide`` (``shared`` only), the sets' matrices side by
+    side, one ``(m * block_in, sets * block_out)`` matrix."""
+
+    dests: np.ndarray
+    srcs: np.ndarray
+    wgt_elems: np.ndarray
+    m: int
+    sets: int
+    bounds: tuple[int, ...] | None
+    shared: bool
+    wide: bool
+    dest_range: tuple[int, int] | None
+
+
 @dataclass(frozen=True)
 class _LoopPlan:
     """Flattened indices of a micro-op loop and how to group repeated destinations."""
@@ -422,10 +735,22 @@ class _LoopPlan:
     starts: np.ndarray | None     # GEMM: group starts within the sorted order
     targets: np.ndarray | None    # GEMM: the distinct dst of each group
     vectorisable: bool = True     # ALU: all micro-ops at once equals one at a time
-    blocks: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...] | None = None
-    """GEMM as a few large products: (destinations, their sources (rows x m), the m weight tiles
-    every one of those destinations accumulates, in order), when the micro-ops have that
-    regular structure (a convolution's do)."""
+    blocks: _Blocks | None = None
+    """GEMM as one batched product, when the micro-ops have that regular structure (a
+    convolution's do)."""
+    dst_range: tuple[int, int] | None = None
+    """Reset GEMM: ``(lo, hi)`` when the destinations are exactly ``lo .. hi - 1`` (with
+    ``from_acc``, in some order: ``src`` is then permuted to destination order)."""
+
+
+def _first_of_runs(values: np.ndarray) -> np.ndarray:
+    """Whether each element (row, for 2-D ``values``) differs from the one before (the first
+    does)."""
+    new = np.empty(len(values), dtype=bool)
+    new[:1] = True
+    differ = values[1:] != values[:-1]
+    new[1:] = differ.any(axis=1) if differ.ndim > 1 else differ
+    return new
 
 
 def _group_by_index(
@@ -436,7 +761,7 @@ def _group_by_index(
         return None, None, None
     order = np.argsort(idx, kind="stable")
     sorted_idx = idx[order]
-    starts = np.flatnonzero(np.r_[True, sorted_idx[1:] != sorted_idx[:-1]])
+    starts = np.flatnonzero(_first_of_runs(sorted_idx))
     if len(starts) == len(idx):
         return None, None, None
     return order, starts, sorted_idx[starts]
@@ -445,34 +770,66 @@ def _group_by_index(
 _MAX_BLOCKS = 64
 """More distinct weight sequences than this and the per-micro-op product is faster."""
 
+_WIDE_PRODUCT = 1 << 18
+"""The largest ``M * N * K`` of a GEMM's product of all sets side by side."""
 
-def _gemm_blocks(
-    dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
-) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...] | None:
-    """Rewrite a GEMM's micro-ops as a few large matrix products.
+
+def _gemm_blocks(dst: np.ndarray, src: np.ndarray, wgt: np.ndarray,
+                 tile: tuple[int, int, int]) -> _Blocks | None:
+    """Rewrite a GEMM's micro-ops as one batched matrix product.
 
     ``acc[d] += sum_k inp[src_k] . wgt[w_k]^T`` over the micro-ops of destination ``d`` is one
     row of ``concat_k(inp[src_k]) @ concat_k(wgt[w_k])^T``; destinations that accumulate the
     same weight tiles in the same order share the right-hand matrix, so each such set is one
-    BLAS product with a reduction of ``m * block_in`` instead of ``block_in``.
+    BLAS product with a reduction of ``m * block_in`` instead of ``block_in``, and the sets
+    are one batched product. Each destination's micro-ops are taken in order of weight tile
+    (the sum is exact, so its order does not matter: module docstring). None when the
+    micro-ops are not of that form (destinations with different numbers of micro-ops), or
+    too few or too irregular for it to pay. ``tile``: ``(batch, block_out, block_in)``.
     """
     if dst.size < 2 * _MAX_BLOCKS:
         return None
     order = np.lexsort((wgt, dst))
     d, s, w = dst[order], src[order], wgt[order]
-    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
-    counts = np.diff(np.r_[starts, d.size])
+    starts = np.flatnonzero(_first_of_runs(d))
+    counts = np.diff(starts, append=d.size)
     if not np.all(counts == counts[0]):
         return None
     m = int(counts[0])
     dests = d[starts]
     srcs = s.reshape(-1, m)
     wseq = w.reshape(-1, m)
-    seqs, which = np.unique(wseq, axis=0, return_inverse=True)
-    if len(seqs) > _MAX_BLOCKS:
+    # Sets of equal weight sequences: sort the rows lexicographically (stable, so each set's
+    # destinations stay in order), a new set where a row differs from the one before.
+    by_set = np.lexsort(wseq.T[::-1])
+    ordered = wseq[by_set]
+    first = np.flatnonzero(_first_of_runs(ordered))
+    if len(first) > _MAX_BLOCKS:
         return None
-    which = which.reshape(-1)
-    return tuple((dests[which == g], srcs[which == g], seqs[g]) for g in range(len(seqs)))
+    sizes = np.diff(first, append=len(ordered))
+    bounds = None if np.all(sizes == sizes[0]) else (*first.tolist(), len(ordered))
+    dests = np.ascontiguousarray(dests[by_set])
+    srcs = srcs[by_set]
+    seqs = ordered[first]                                    # (sets, m)
+    sets = len(first)
+    batch, bo, bi = tile
+    i = np.arange(bi)[:, None]
+    o = np.arange(bo)[None, :] * bi
+    per_set = len(srcs) // sets
+    shared = bounds is None and bool(np.all(srcs.reshape(sets, per_set, m) == srcs[:per_set]))
+    if shared:
+        srcs = srcs[:per_set]
+    # One product with the sets side by side while it stays below the size at which BLAS
+    # libraries start threads (OpenBLAS: M * N * K above 2**18), which on a shared machine
+    # costs more than it gains; else one product per set.
+    wide = shared and per_set * batch * m * bi * sets * bo <= _WIDE_PRODUCT
+    if wide:
+        elems = seqs.T[:, None, :, None] * (bo * bi) + i[None, :, :, None] + o[None, :, None]
+    else:                                                    # (m, bi, sets, bo) above
+        elems = seqs[:, :, None, None] * (bo * bi) + i + o   # (sets, m, bi, bo)
+    return _Blocks(dests, np.ascontiguousarray(srcs.reshape(-1)),
+                   np.ascontiguousarray(elems.reshape(-1)), m, sets, bounds, shared, wide,
+                   _as_range(dests))
 
 
 def _alu_vectorisable(dst: np.ndarray, src: np.ndarray, use_imm: bool, depth: int) -> bool:
