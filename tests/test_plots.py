@@ -341,7 +341,7 @@ def _overlap(a: Any, b: Any) -> bool:
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
 
 
-def test_run_folder_plots_and_its_utilization_legend_covers_no_bar(
+def test_run_folder_plots_a_windowed_timeline(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """accel plot refused an accel run folder; it draws what report.json and trace.json
@@ -387,28 +387,6 @@ def test_run_folder_plots_and_its_utilization_legend_covers_no_bar(
     ax = drawn[0].axes[0]
     assert ax.get_title().endswith("(cycles 0 to 5,000)") and ax.get_xlabel() == "cycle"
     assert ax.get_xlim() == (0, 5000)
-    monkeypatch.undo()
-
-    covered: list[bool] = []
-    real = plt.Figure.savefig
-
-    def check_legends(fig: Any, *args: Any, **kwargs: Any) -> None:
-        fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()
-        for ax in fig.axes:
-            legend = ax.get_legend()
-            if legend is not None:
-                box = legend.get_window_extent(renderer)
-                bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_height() > 0]
-                assert bars
-                covered.append(any(_overlap(box, bar) for bar in bars))
-        real(fig, *args, **kwargs)
-
-    monkeypatch.setattr(plt.Figure, "savefig", check_legends)
-    exe = accel.compile("resnet18", image_size=16)
-    _, report = exe.run(accel.sample_inputs(exe.graph)[0])
-    report.plot_utilization(tmp_path / "u.png")
-    assert covered == [False]
 
 
 def test_pareto_front_keeps_exactly_the_non_dominated_points() -> None:
@@ -517,3 +495,217 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
     assert main(["waveform", str(path), "--out", str(new), "--cycles", "10:60"]) == 0
     assert (new / "run_waveform.png").exists()
     assert capsys.readouterr().err == "accel: note: --cycles is deprecated; use --window\n"
+
+
+# ------------------------------------------------------------ traces and accel run's outputs
+def _reference_events(st: Any) -> list[dict[str, Any]]:
+    """``SimStats.trace_events`` as it was before the trace was streamed: one dict per event."""
+    us = 1.0 / st.clock_mhz
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "accelerator"}}]
+    for tid, name in enumerate(MODULES):
+        events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name",
+                       "args": {"name": name}})
+    tids = {name: tid for tid, name in enumerate(MODULES)}
+    for s in st.timeline:
+        events.append({"ph": "X", "pid": 1, "tid": tids[s.module], "name": s.name,
+                       "ts": s.start * us, "dur": (s.end - s.start) * us,
+                       "args": {"index": s.index, "start_cycle": s.start,
+                                "cycles": s.end - s.start}})
+    for name, cycle, value in st.counters:
+        events.append({"ph": "C", "pid": 1, "name": name, "ts": cycle * us,
+                       "args": {"value": value}})
+    return events
+
+
+def _reference_trace(st: Any) -> dict[str, Any]:
+    """What ``SimStats.write_trace`` wrote before, as ``json.loads`` reads it."""
+    return {"traceEvents": _reference_events(st), "displayTimeUnit": "ns",
+            "otherData": {"cycles": st.cycles, "clock_mhz": st.clock_mhz}}
+
+
+def _reference_run_trace(report: Any) -> dict[str, Any]:
+    """What ``RunReport.write_trace`` wrote before (layers merged by dict), as read back."""
+    events: list[dict[str, Any]] = []
+    us_per_cycle = 1.0 / report.clock_mhz
+    offset_us = 0.0
+    events.append({"ph": "M", "pid": 1, "tid": 10, "name": "thread_name",
+                   "args": {"name": "cpu fallback"}})
+    layers = {layer.name: layer for layer in report.layers}
+    for name, _, stats in report.traces:
+        layer = layers[name]
+        if stats is not None:
+            for e in _reference_events(stats):
+                if e["ph"] == "M" and any(x.get("tid") == e.get("tid") and x["ph"] == "M"
+                                          for x in events):
+                    continue
+                e = dict(e)
+                if "ts" in e:
+                    e["ts"] += offset_us
+                events.append(e)
+            events.append({"ph": "X", "pid": 1, "tid": 9, "name": name, "ts": offset_us,
+                           "dur": (layer.cycles or 0) * us_per_cycle,
+                           "args": {"op": layer.op, "cycles": layer.cycles}})
+            offset_us += (layer.cycles or 0) * us_per_cycle
+        else:
+            events.append({"ph": "X", "pid": 1, "tid": 10, "name": name, "ts": offset_us,
+                           "dur": layer.host_ms * 1000.0,
+                           "args": {"op": layer.op, "host_ms": layer.host_ms}})
+            offset_us += layer.host_ms * 1000.0
+    events.append({"ph": "M", "pid": 1, "tid": 9, "name": "thread_name",
+                   "args": {"name": "layers"}})
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"cycles": report.accel_cycles, "clock_mhz": report.clock_mhz}}
+
+
+def _same(path: Path, want: dict[str, Any]) -> None:
+    """The trace at ``path``, read by ``json``, holds exactly ``want``: every event in order,
+    every value equal and of the same type (an int stays an int, 3.0 a float)."""
+    got = json.loads(path.read_text())
+    assert got.keys() == want.keys()
+    assert got["otherData"] == want["otherData"]
+    assert len(got["traceEvents"]) == len(want["traceEvents"])
+    for k, (g, w) in enumerate(zip(got["traceEvents"], want["traceEvents"], strict=True)):
+        assert g == w, (k, g, w)
+    assert json.dumps(got) == json.dumps(want)  # the types too
+    assert not list(path.parent.glob("*.tmp")), "temporary files left behind"
+
+
+@pytest.fixture(scope="module")
+def model_run() -> Any:
+    """ResNet-18 at 16 px on the sim with traces: accelerator layers and cpu fallback ones
+    (so offsets of host time), the report."""
+    exe = accel.compile("resnet18", image_size=16)
+    x, _ = accel.sample_inputs(exe.graph)
+    _, report = exe.run(x, backend="sim", trace=True)
+    assert any(s is None for _, _, s in report.traces), "no fallback layer to offset by"
+    assert sum(len(s.counters) for _, _, s in report.traces if s is not None) > 1000
+    return report
+
+
+def test_program_trace_holds_the_events_trace_events_held(model_run: Any,
+                                                          tmp_path: Path) -> None:
+    stats = [s for _, _, s in model_run.traces if s is not None]
+    for st in stats[:6]:
+        assert st.trace_events() == _reference_events(st)
+        path = tmp_path / "trace.json"
+        st.write_trace(path)
+        _same(path, _reference_trace(st))
+
+
+def test_run_trace_holds_the_events_the_merged_dicts_held(model_run: Any,
+                                                          tmp_path: Path) -> None:
+    path = tmp_path / "trace.json"
+    model_run.write_trace(path)
+    want = _reference_run_trace(model_run)
+    _same(path, want)
+    # accel plot's timeline reads it as it read the merged dicts
+    from accel.plots import _read_trace
+
+    old = tmp_path / "old" / "trace.json"
+    old.parent.mkdir()
+    old.write_text(json.dumps(want))
+    assert _read_trace(path) == _read_trace(old)
+
+
+def test_trace_numbers_read_back_as_the_same_floats(tmp_path: Path) -> None:
+    """Awkward values: a clock whose cycle is no short decimal, long runs, offsets of host
+    time, counter values from 0 to huge, ints among the counters, and events of other kinds
+    around the programs' own."""
+    import numpy as np
+
+    from sim.stats import ModuleStats, SimStats, Slice, TraceWriter
+
+    rng = np.random.default_rng(7)
+    programs = []
+    for clock in (100.0, 150.0, 333.3, 1000.0):
+        starts = np.sort(rng.integers(0, 10**9, 3000))
+        ends = starts + rng.integers(0, 10**5, 3000)
+        timeline = [Slice(MODULES[int(m)], int(i), f"GEMM {i % 7}x\"q\"\\ é", int(s), int(e))
+                    for i, (m, s, e) in enumerate(zip(rng.integers(0, 4, 3000), starts, ends,
+                                                      strict=True))]
+        values = np.concatenate([rng.integers(0, 9, 2000).astype(float),
+                                 rng.random(1000) * 10.0 ** rng.integers(-8, 18, 1000),
+                                 [0.0, 1e-300, 1e300, 5e-324, 2.0**53, 0.1, 1 / 3]])
+        counters = [(f"queue {k % 3}", int(c), float(v))
+                    for k, (c, v) in enumerate(zip(rng.integers(0, 10**10, len(values)),
+                                                   values, strict=True))]
+        st = SimStats(cycles=int(ends.max()), peak_macs_per_cycle=64, clock_mhz=clock,
+                      modules={m: ModuleStats() for m in MODULES}, timeline=timeline,
+                      counters=counters)
+        programs.append(st)
+    ints = SimStats(cycles=10, peak_macs_per_cycle=64, clock_mhz=100.0,
+                    modules={m: ModuleStats() for m in MODULES},
+                    counters=[("n", 1, 3), ("n", 2, -(2**40)), ("n", 3, 0)])
+    mixed = SimStats(cycles=10, peak_macs_per_cycle=64, clock_mhz=100.0,
+                     modules={m: ModuleStats() for m in MODULES},
+                     counters=[("b", 1, True), ("b", 2, 2.5), ("b", 3, 7), ("b", 4, -0.0)])
+    path = tmp_path / "t.json"
+    offsets = [0.0, 1234.5678901234, 98765432.10987654, 7.0]
+    with TraceWriter(path, {"what": "test"}) as out:
+        out.event({"ph": "M", "pid": 1, "tid": 10, "name": "thread_name",
+                   "args": {"name": "cpu fallback"}})
+        for st, offset in zip(programs, offsets, strict=True):
+            out.stats(st, offset)
+            out.event({"ph": "X", "pid": 1, "tid": 9, "name": "layer", "ts": offset,
+                       "dur": 1.5, "args": {}})
+        out.stats(ints)
+        out.stats(mixed, 0.25)
+    want: list[dict[str, Any]] = [{"ph": "M", "pid": 1, "tid": 10, "name": "thread_name",
+                                   "args": {"name": "cpu fallback"}}]
+    for st, offset in [*zip(programs, offsets, strict=True), (ints, 0.0), (mixed, 0.25)]:
+        for e in _reference_events(st)[1 + len(MODULES):]:
+            want.append({**e, "ts": e["ts"] + offset})
+        if st in programs:
+            want.append({"ph": "X", "pid": 1, "tid": 9, "name": "layer", "ts": offset,
+                         "dur": 1.5, "args": {}})
+    _same(path, {"traceEvents": want, "displayTimeUnit": "ns", "otherData": {"what": "test"}})
+    got = json.loads(path.read_text())["traceEvents"]
+    assert [type(e["args"]["value"]) for e in got if e.get("name") in ("n", "b")] == \
+        [int, int, int, bool, float, int, float]
+    # nothing written when the block fails
+    with pytest.raises(ZeroDivisionError), TraceWriter(tmp_path / "no.json", {}) as out:
+        out.stats(ints)
+        _ = 1 / 0
+    assert not list(tmp_path.glob("no.json*"))
+
+
+def test_run_utilization_plot_names_every_layer_and_its_legend_covers_no_bar(
+        model_run: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """accel run --out's utilization.png (RunReport.plot_utilization): the bars are
+    collections now, not patches; what the legend must not cover is the same."""
+    from matplotlib.figure import Figure
+
+    drawn: list[Any] = []
+    saving = Figure.savefig
+
+    def keep(fig: Any, *args: Any, **kwargs: Any) -> None:
+        drawn.append(fig)
+        saving(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    path = model_run.plot_utilization(tmp_path / "utilization.png")
+    assert path == tmp_path / "utilization.png" and path.read_bytes()[:4] == b"\x89PNG"
+    assert not list(tmp_path.glob(".*tmp*")), "temporary files left behind"
+    height, width = matplotlib.image.imread(path).shape[:2]
+    assert 600 <= width <= 6000 and 400 <= height <= 2000, (width, height)
+    fig = drawn[0]
+    renderer = fig.canvas.get_renderer()
+    top, bottom = fig.axes
+    accel_layers = [layer for layer in model_run.layers if layer.target == "accel"]
+    assert [t.get_text() for t in bottom.texts] == [layer.name for layer in accel_layers]
+    picture = fig.bbox
+    for text in bottom.texts:  # inside the picture, under the lower panel
+        box = text.get_window_extent(renderer)
+        assert picture.x0 <= box.x0 and box.x1 <= picture.x1 and picture.y0 <= box.y0
+        assert box.y1 <= bottom.get_window_extent(renderer).y0
+    assert bottom.xaxis.label.get_window_extent(renderer).y0 >= picture.y0
+    legend = bottom.get_legend()
+    box = legend.get_window_extent(renderer)
+    assert box.x1 <= picture.x1
+    bars = [b for ax in (top, bottom) for c in ax.collections for b in
+            (p.get_extents(c.get_transform()) for p in c.get_paths()) if b.height > 0]
+    assert len(bars) >= len(accel_layers)
+    assert not any(_overlap(box, bar) for bar in bars)
+    heights = [p.vertices[1, 1] for p in top.collections[0].get_paths()]
+    assert heights == pytest.approx([layer.gemm_utilization or 0 for layer in accel_layers])
