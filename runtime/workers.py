@@ -61,12 +61,14 @@ class PoolHandle:
     pool: concurrent.futures.ProcessPoolExecutor
     processes: list[Any]
     results: Any
+    manager: threading.Thread | None = None
 
     @classmethod
     def of(cls, pool: concurrent.futures.ProcessPoolExecutor) -> PoolHandle:
         # No public handle on these: ProcessPoolExecutor's own attributes (CPython 3.10+).
         return cls(pool, list((getattr(pool, "_processes", None) or {}).values()),
-                   getattr(pool, "_result_queue", None))
+                   getattr(pool, "_result_queue", None),
+                   getattr(pool, "_executor_manager_thread", None))
 
 
 def stop_pool(handle: PoolHandle | concurrent.futures.ProcessPoolExecutor) -> None:
@@ -88,3 +90,10 @@ def stop_pool(handle: PoolHandle | concurrent.futures.ProcessPoolExecutor) -> No
     if writer is not None:
         with contextlib.suppress(OSError):
             writer.close()
+    # The manager thread then closes its wake-up pipe, and the interpreter's exit hook
+    # (concurrent.futures' _python_exit) writes to that pipe unless it saw it closed: were the
+    # thread still winding down at exit, the hook could write to the pipe just closed and
+    # print an OSError traceback ("Bad file descriptor"). Wait for the thread here.
+    manager = handle.manager or getattr(handle.pool, "_executor_manager_thread", None)
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=10)

@@ -373,7 +373,7 @@ def test_ctrl_c_during_run_is_one_line(phase: str) -> None:
     code, lines, children = interrupt(["run", "resnet18"], lambda line: line.startswith(phase),
                                       workers=phase == "run")
     assert code == 130, lines
-    assert not any("Traceback" in line for line in lines)
+    assert not any("Traceback" in line for line in lines), "\n".join(lines)
     assert lines[-1] == "accel: interrupted"
     assert all(_progress_line(line) for line in lines[:-1]), lines
     assert (len(children) == 1) == (phase == "run")
