@@ -43,19 +43,18 @@ the inp, wgt and acc buffers of the config they are given.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass
+
+import numpy as np
 
 from accel.machine import costs
 from accel.machine.config import HwConfig
 from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, bias_init, bias_loaded_per_tile
-from compiler.passes.uops import choose_loops
-from compiler.te import Var
-from compiler.tir import Buffer, For, Gemm, TileRef, UopLoop
+from compiler.passes.uops import arrange_loops
 
 __all__ = ["conv2d_cycles_floor", "conv2d_instructions", "default_conv2d_knobs",
            "estimate_conv2d_cycles", "fits", "knob_candidates"]
@@ -143,15 +142,11 @@ def _schedule(streams: dict[str, list[tuple[int, tuple[str, ...], tuple[str, ...
     return max(free.values())
 
 
-@functools.lru_cache(maxsize=4096)
-def _tiles(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int, epilogue: int,
-           stores: int) -> int:
-    """Cycles of ``n`` consecutive output tiles of ``threads`` virtual threads, as the schedule
-    orders them and the stream passes (``compiler.passes.stream``) reorder them: chunk by chunk
-    each thread's loads (once its GEMM before freed the buffer) and GEMM, each thread's reset
-    (once its last stores are done) just before its first GEMM, then each thread's epilogue,
-    whose end lets the store module store that thread's tile; without an epilogue a thread's
-    last GEMM lets it."""
+def _tiles_streams(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int,
+                   epilogue: int, stores: int) -> int:
+    """:func:`_tiles` by the general list scheduler (:func:`_schedule`) over the streams as
+    the schedule orders them: the definition that :func:`_tiles` computes in one pass, kept
+    for the test that checks the two agree."""
     Insn = tuple[int, tuple[str, ...], tuple[str, ...]]
     loads: list[Insn] = []
     compute: list[Insn] = []
@@ -172,6 +167,57 @@ def _tiles(threads: int, chunks: int, n: int, load: int, gemm: int, reset: int, 
 
 
 @functools.lru_cache(maxsize=16384)
+def _tiles(threads: int, chunks: int, load: int, gemm: int, reset: int, epilogue: int,
+           stores: int) -> tuple[int, int]:
+    """Cycles of one and of two consecutive output tiles of ``threads`` virtual threads, as
+    the schedule orders them and the stream passes (``compiler.passes.stream``) reorder them:
+    chunk by chunk each thread's loads (once its GEMM before freed the buffer) and GEMM, each
+    thread's reset (once its last stores are done) just before its first GEMM, then each
+    thread's epilogue, whose end lets the store module store that thread's tile; without an
+    epilogue a thread's last GEMM lets it.
+
+    What :func:`_schedule` computes for these streams (:func:`_tiles_streams`), in one pass:
+    every dependency points backwards along the compute stream. The ``j``-th GEMM pops the
+    ``j``-th load's token; the ``j``-th load waits for the buffer the ``(j - threads)``-th
+    GEMM frees (the first ``threads`` are free); the ``r``-th reset waits for the
+    ``(r - threads)``-th store, which waits for the ``(r - threads)``-th push to the store
+    module, made by an earlier tile's last GEMM or epilogue. The modules run in order, so the
+    first tile's instructions start and end as they would alone: one pass over two tiles
+    gives both counts.
+    """
+    compute_free = load_free = store_free = 0
+    gemm_end: list[int] = []     # the c2l token of each GEMM
+    store_end: list[int] = []    # the s2c token of each store (after the threads' credits)
+    n_stored = 0
+    one = 0
+    for tile in range(2):
+        for c in range(chunks):
+            last = c == chunks - 1 and not epilogue
+            for t in range(threads):
+                if c == 0:
+                    r = tile * threads + t
+                    ready = store_end[r - threads] if r >= threads else 0
+                    compute_free = max(compute_free, ready) + reset
+                j = len(gemm_end)
+                load_free = max(load_free, gemm_end[j - threads] if j >= threads else 0) + load
+                compute_free = max(compute_free, load_free) + gemm
+                gemm_end.append(compute_free)
+                if last:
+                    store_free = max(store_free, compute_free) + stores
+                    store_end.append(store_free)
+        if epilogue:
+            for _ in range(threads):
+                compute_free += epilogue
+                store_free = max(store_free, compute_free) + stores
+                store_end.append(store_free)
+        if tile == 0:
+            one = max(load_free, compute_free, store_free)
+        n_stored = len(store_end)
+    assert n_stored == 2 * threads
+    return one, max(load_free, compute_free, store_free)
+
+
+@functools.lru_cache(maxsize=16384)
 def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: int, sw: int,
                budget: int, window: int) -> tuple[int, int]:
     """(GEMM instructions, micro-ops of each one's kernel) of one thread's reduction chunk:
@@ -179,24 +225,14 @@ def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: i
     channel block ``ci``, kernel row and column, batch, output channel block, output row,
     column: the choice depends on their extents only), whose kernel loops beyond ``budget``
     stay instruction loops."""
-    ih, iw = (h - 1) * sh + kh, (w - 1) * sw + kw
-    v = {name: Var(name) for name in ("ic", "kh", "kw", "n", "o", "y", "x")}
-    dst = ((v["n"] * co + v["o"]) * h + v["y"]) * w + v["x"]
-    src = (((v["n"] * ci + v["ic"]) * ih + v["y"] * sh + v["kh"]) * iw + v["x"] * sw
-           + v["kw"])
-    wgt = ((v["o"] * ci + v["ic"]) * kh + v["kh"]) * kw + v["kw"]
-    op = Gemm(TileRef(Buffer("acc", "acc", (1, 1), "int32"), dst),
-              TileRef(Buffer("inp", "inp", (1, 1), "int8"), src),
-              TileRef(Buffer("wgt", "wgt", (1, 1), "int8"), wgt))
+    # The destination index ((n * co + o) * h + y) * w + x moves along n, o, y and x; the
+    # sources and weights are affine too. Loops of extent 1 change neither the kernel's size
+    # nor the instructions: left out.
+    moves = {"ic": 0, "kh": 0, "kw": 0, "n": co * h * w, "o": h * w, "y": w, "x": 1}
     extents = (ci, kh, kw, b, co, h, w)
-    # Loops of extent 1 change neither the kernel's size nor the instructions: left out.
-    nest = [(var, n) for var, n in zip(v.values(), extents, strict=True) if n > 1]
-    node = choose_loops(UopLoop(op, [], nest), budget, window)
-    n = 1
-    while isinstance(node, For):
-        n, node = n * node.extent, node.body
-    assert isinstance(node, UopLoop)
-    return n, math.prod(e for _, e in node.kernel_loops)
+    chain = [(var, n) for var, n in zip(moves, extents, strict=True) if n > 1]
+    _, kernel, peeled = arrange_loops(chain, moves, True, budget, window)
+    return math.prod(n for _, n in peeled), math.prod(n for _, n in kernel)
 
 
 @dataclass(frozen=True)
@@ -253,17 +289,16 @@ class _Plan:
         tiles = []
         first = 0.0
         for n, load, load_beats in self.kinds:
-            one, two = (_tiles(self.threads, self.chunks, t, load, self.gemm, self.reset,
-                               self.epilogue, self.stores) for t in (1, 2))
+            one, two = _tiles(self.threads, self.chunks, load, self.gemm, self.reset,
+                              self.epilogue, self.stores)
             # The loads and the stores share the in-order data bus: a transaction's beats wait
             # behind those granted before it, so each side's copies stretch by the share of
             # the tile's cycles the other side's beats take.
             busy = max(two - one, 1)
             slow_store = 1 + min(1.0, load_beats / busy)
             slow_load = 1 + min(1.0, self.store_beats / busy)
-            one, two = (_tiles(self.threads, self.chunks, t, round(load * slow_load),
-                               self.gemm, self.reset, self.epilogue,
-                               round(self.stores * slow_store)) for t in (1, 2))
+            one, two = _tiles(self.threads, self.chunks, round(load * slow_load), self.gemm,
+                              self.reset, self.epilogue, round(self.stores * slow_store))
             tile = max(two - one, load_beats + self.store_beats, self.fetch)
             tiles.append((n, tile, load_beats + self.store_beats))
             first = max(first, one - tile)
@@ -355,22 +390,87 @@ def conv2d_cycles_floor(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> fl
     return _plan(wl, k, cfg).floor()
 
 
-def knob_candidates(wl: Conv2dWorkload, cfg: HwConfig) -> list[Conv2dKnobs]:
-    """Every knob setting that divides the layer and fits the buffers."""
+def _candidate_table(wl: Conv2dWorkload, cfg: HwConfig) -> dict[str, np.ndarray]:
+    """Every knob setting that divides the layer and fits the buffers, as columns (``tb``,
+    ``th``, ``tw``, ``tci``, ``tco``, ``ocn``, ``hn``) in :func:`knob_candidates`' order:
+    batch, row, column and input-channel tiles, then the thread split, then the output-channel
+    tile, each from small to large."""
     nb, cib, cob = wl.blocks(cfg)
-    out = []
-    for tb, th, tw, tci in itertools.product(_divisors(nb), _divisors(wl.out_height),
-                                             _divisors(wl.out_width), _divisors(cib)):
-        for oc_n, h_n in ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4)):
-            if wl.out_height % (th * h_n):
-                continue
-            for tco in _divisors(cob):
-                if cob % (tco * oc_n):
-                    continue
-                k = Conv2dKnobs(tb, th, tw, tci, tco, oc_n, h_n)
-                if fits(wl, k, cfg):
-                    out.append(k)
-    return out
+    pairs = np.array(_THREAD_SPLITS)
+    grids = np.meshgrid(np.array(_divisors(nb)), np.array(_divisors(wl.out_height)),
+                        np.array(_divisors(wl.out_width)), np.array(_divisors(cib)),
+                        np.arange(len(pairs)), np.array(_divisors(cob)), indexing="ij")
+    tb, th, tw, tci, pair, tco = (g.ravel() for g in grids)
+    ocn, hn = pairs[pair, 0], pairs[pair, 1]
+    ih = (th - 1) * wl.stride_h + wl.kernel_h
+    iw = (tw - 1) * wl.stride_w + wl.kernel_w
+    t = ocn * hn
+    acc = t * (tb * tco * th * tw + (tco if wl.bias else 0))
+    keep = ((wl.out_height % (th * hn) == 0) & (cob % (tco * ocn) == 0)
+            & (t * tb * tci * ih * iw <= cfg.inp_depth)
+            & (t * tco * tci * wl.kernel_h * wl.kernel_w <= cfg.wgt_depth)
+            & (acc <= cfg.acc_depth))
+    pad_limit = (1 << cfg.isa.pad_bits) - 1
+    if wl.pad_h > pad_limit or wl.pad_w > pad_limit:
+        keep[:] = False
+    return {name: col[keep] for name, col in
+            (("tb", tb), ("th", th), ("tw", tw), ("tci", tci), ("tco", tco), ("ocn", ocn),
+             ("hn", hn))}
+
+
+_THREAD_SPLITS = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 1), (1, 4))
+"""The virtual-thread splits a candidate takes, (oc_nthread, h_nthread)."""
+
+
+def knob_candidates(wl: Conv2dWorkload, cfg: HwConfig) -> list[Conv2dKnobs]:
+    """Every knob setting that divides the layer and fits the buffers (:func:`fits`)."""
+    c = _candidate_table(wl, cfg)
+    return [Conv2dKnobs(*k) for k in zip(*(c[n].tolist() for n in _KNOB_COLUMNS), strict=True)]
+
+
+_KNOB_COLUMNS = ("tb", "th", "tw", "tci", "tco", "ocn", "hn")
+"""The table's columns in the order of :class:`Conv2dKnobs`' fields."""
+
+
+def _bound(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> np.ndarray:
+    """A lower bound on every candidate's :meth:`_Plan.floor` (so on its estimate), from the
+    knobs alone: the floor's terms with the parts that need the micro-op loops left at their
+    least (one GEMM instruction per chunk, no micro-op reloads, no bias LOADs or ADD)."""
+    nb, cib, cob = wl.blocks(cfg)
+    kk = wl.kernel_h * wl.kernel_w
+    threads = c["ocn"] * c["hn"]
+    t_acc = c["tb"] * c["tco"] * c["th"] * c["tw"]
+    chunks = cib // c["tci"]
+    bpc = cfg.dram.bytes_per_cycle
+    d = costs.DECODE_CYCLES
+    gemm = d + cfg.gemm.depth + c["tci"] * kk * t_acc * cfg.gemm.ii
+    reset = d + cfg.gemm.depth + t_acc * cfg.gemm.ii
+    if wl.bias and not cfg.gemm.reset_from_acc:
+        reset = 0 * reset  # the bias may be LOADed in place of the reset
+    n_imm = 0 if cfg.store.postproc else 2 + int(wl.shift > 0)
+    epilogue = n_imm * (d + t_acc * costs.alu_ii(True, cfg) + cfg.alu.depth)
+    work = (threads * (chunks * gemm + reset + epilogue)).astype(np.float64)
+    n_stores = np.where(c["tw"] == wl.out_width, c["tb"], c["tb"] * c["tco"])
+    insns = chunks * (c["tb"] * c["tci"] + 1) + 1 + n_imm + n_stores
+    batch = costs.fetch_batch_size(cfg)
+    work = np.maximum(work, threads * insns * costs.fetch_cycles(batch, cfg) / batch)
+    store_beats = threads * t_acc * cfg.out_tile_bytes / bpc
+    wgt_bytes = c["tco"] * c["tci"] * kk * cfg.wgt_tile_bytes
+    per_kind = (nb // c["tb"]) * (cob // (c["tco"] * c["ocn"])) / c["hn"]
+    total = np.zeros(len(threads))
+    for th in np.unique(c["th"]).tolist():
+        rows = _windows(wl.out_height, th, wl.stride_h, wl.kernel_h, wl.pad_h, wl.height)
+        for tw in np.unique(c["tw"][c["th"] == th]).tolist():
+            at = np.flatnonzero((c["th"] == th) & (c["tw"] == tw))
+            cols = _windows(wl.out_width, tw, wl.stride_w, wl.kernel_w, wl.pad_w, wl.width)
+            scale = threads[at] * chunks[at] / bpc
+            per_pixel = c["tb"][at] * c["tci"][at] * cfg.inp_tile_bytes
+            for (_, ys, _), n_rows in rows.items():
+                for (_, xs, _), n_cols in cols.items():
+                    beats = scale * (per_pixel * ys * xs + wgt_bytes[at]) + store_beats[at]
+                    total[at] += n_rows * n_cols * np.maximum(work[at], beats)
+    # Summed in another order than the floor: keep the bound below it by more than rounding.
+    return total * per_kind * (1 - 1e-9)
 
 
 @functools.lru_cache(maxsize=256)
@@ -390,35 +490,39 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
             f"conv2d {wl.signature()}: padding ({wl.pad_h}, {wl.pad_w}) exceeds the "
             f"{pad_limit} that the {cfg.isa.pad_bits}-bit pad fields of {cfg.name} hold"
         )
-    cands = knob_candidates(wl, cfg)
-    if not cands:
+    table = _candidate_table(wl, cfg)
+    if not len(table["tb"]):
         raise LoweringError(
             f"conv2d {wl.signature()}: no tiling fits the buffers of {cfg.name} (even one "
             f"output pixel needs {wl.kernel_h * wl.kernel_w} wgt tiles and "
             f"{wl.kernel_h * wl.kernel_w} inp tiles)"
         )
-    # Branch and bound: the candidates are priced in the order of their floors (no estimate
-    # is below its floor), and the search stops at a floor above the best estimate so far by
-    # more than NEAR_TIE. Of the candidates within NEAR_TIE of the best, the one that moves
-    # the fewest DRAM bytes wins (then more threads, then the smaller tile_ci, then the
-    # shorter longest transaction): the model cannot tell such candidates apart, and the
-    # copies it undercounts are DRAM contention. The arbiter grants whole transactions, so
-    # shorter ones interleave the loads' and the stores' beats more finely (ResNet-18's C5 on
-    # vta_1x16x16: tiles of 14 x 7 outputs 3.5% faster than of 7 x 14, the same estimate).
-    priced: list[tuple[float, _Plan, Conv2dKnobs]] = []
+    # Branch and bound: the candidates are priced in the order of a bound from their knobs
+    # alone (:func:`_bound`, below the plan's floor, which no estimate is below), and the
+    # search stops at a bound above the best estimate so far by more than NEAR_TIE: every
+    # candidate within NEAR_TIE of the best is priced, whatever the order. Of those, the one
+    # that moves the fewest DRAM bytes wins (then more threads, then the smaller tile_ci, then
+    # the shorter longest transaction, then the lower floor, then the earlier candidate): the
+    # model cannot tell such candidates apart, and the copies it undercounts are DRAM
+    # contention. The arbiter grants whole transactions, so shorter ones interleave the loads'
+    # and the stores' beats more finely (ResNet-18's C5 on vta_1x16x16: tiles of 14 x 7
+    # outputs 3.5% faster than of 7 x 14, the same estimate).
+    bound = _bound(wl, cfg, table)
+    columns = [table[n] for n in _KNOB_COLUMNS]
+    priced: list[tuple[float, int, _Plan, Conv2dKnobs]] = []
     best = float("inf")
-    plans = [(plan.floor(), i, plan, k)
-             for i, (plan, k) in enumerate((_plan(wl, k, cfg), k) for k in cands)]
-    for floor, _, plan, k in sorted(plans, key=lambda p: p[:2]):
-        if floor > best * (1 + NEAR_TIE):
+    for i in np.argsort(bound, kind="stable").tolist():
+        if bound[i] > best * (1 + NEAR_TIE):
             break
+        k = Conv2dKnobs(*(int(col[i]) for col in columns))
+        plan = _plan(wl, k, cfg)
         cycles = plan.cycles()
         best = min(best, cycles)
-        priced.append((cycles, plan, k))
+        priced.append((cycles, i, plan, k))
 
-    def tie_key(p: tuple[float, _Plan, Conv2dKnobs]) -> tuple[int, int, int, int]:
-        _, plan, k = p
+    def tie_key(p: tuple[float, int, _Plan, Conv2dKnobs]) -> tuple[float, ...]:
+        _, i, plan, k = p
         return (round(plan.dram_bytes()), -k.nthreads, k.tile_ci,
-                plan.burst if plan.on_bus() else 0)
+                plan.burst if plan.on_bus() else 0, plan.floor(), i)
 
-    return min((p for p in priced if p[0] <= best * (1 + NEAR_TIE)), key=tie_key)[2]
+    return min((p for p in priced if p[0] <= best * (1 + NEAR_TIE)), key=tie_key)[3]

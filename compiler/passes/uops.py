@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -109,30 +110,40 @@ def choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
     chain = list(loop.kernel_loops)
     forms = [_form(r) for r in uop_refs(loop.op)]          # each index parsed once
     # Hardware loops need every index affine (then each moves by a constant along any loop).
-    affine = chain if all(f is not False for f in forms) else []
+    affine = all(f is not False for f in forms)
     dst = forms[0] if isinstance(forms[0], Affine) else None
     moving = {v: dst.coeff(v) if dst is not None else 0 for v, _ in chain}
+    hw, kernel, peeled = arrange_loops(chain, moving, affine, budget, window)
+    node: Stmt = UopLoop(loop.op, hw, kernel)
+    for v, n in reversed(peeled):
+        node = For(v, n, node)
+    return node
 
-    def arrange(hw: tuple[tuple[Var, int], ...]) -> tuple[list, list, list]:
+
+def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: bool,
+                  budget: int, window: int) -> tuple[list, list, list]:
+    """The choice of :func:`choose_loops` on a nest given by its loops alone: ``chain`` the
+    (variable, extent) loops outer first, ``moving`` the destination index's factor per
+    variable, ``affine`` whether every index is affine (else no hardware loops). Returns the
+    hardware loops (in nest order), the kernel loops and the peeled instruction loops. The
+    variables can be any hashable names (the cost model passes strings)."""
+    def arrange(hw: tuple[tuple[Any, int], ...]) -> tuple[list, list, list]:
         kernel = [item for item in chain if item not in hw]
-        peeled: list[tuple[Var, int]] = []
+        peeled: list[tuple[Any, int]] = []
         while kernel and _size(kernel) > budget:
             peeled.append(kernel.pop(0))
         moves = [item for item in kernel if moving[item[0]] != 0]
         kernel = [item for item in kernel if item not in moves] + moves
         return sorted(hw, key=chain.index), kernel, peeled
 
-    def score(hw: tuple[tuple[Var, int], ...]) -> tuple[bool, bool, int]:
+    def score(hw: tuple[tuple[Any, int], ...]) -> tuple[bool, bool, int]:
         order, kernel, peeled = arrange(hw)
         safe = not _hazard(moving, order, kernel, window)
         return safe, not peeled, _size(list(hw))
 
-    choices = [c for r in (2, 1, 0) for c in itertools.combinations(affine, r)]
-    hw, kernel, peeled = arrange(max(choices, key=score))
-    node: Stmt = UopLoop(loop.op, hw, kernel)
-    for v, n in reversed(peeled):
-        node = For(v, n, node)
-    return node
+    candidates = chain if affine else []
+    choices = [c for r in (2, 1, 0) for c in itertools.combinations(candidates, r)]
+    return arrange(max(choices, key=score))
 
 
 def _hazard(moving: dict[Var, int], hw: list[tuple[Var, int]], kernel: list[tuple[Var, int]],

@@ -1,0 +1,152 @@
+"""The conv2d knob heuristic's fast search against its definitions.
+
+``default_conv2d_knobs`` prices candidates in the order of a vectorised bound and stops early;
+``_tiles`` computes in one pass what the list scheduler computes over the streams; the
+candidate table is built with numpy; ``_gemm_fold`` asks ``arrange_loops`` directly. Each is
+checked here against the plain definition it replaced: the picks must be identical, not close.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accel.machine.config import load_config, shipped_configs
+from compiler.ops import heuristic as h
+from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
+from compiler.ops.workloads import RESNET18_LAYERS, resnet18_layer
+from compiler.passes.uops import choose_loops
+from compiler.te import Var
+from compiler.tir import Buffer, For, Gemm, TileRef, UopLoop
+
+
+def reference_candidates(wl: Conv2dWorkload, cfg) -> list[Conv2dKnobs]:
+    """Every knob setting that divides the layer and fits the buffers, by ``fits``, in the
+    order the heuristic numbers them."""
+    nb, cib, cob = wl.blocks(cfg)
+    out = []
+    for tb, th, tw, tci in itertools.product(h._divisors(nb), h._divisors(wl.out_height),
+                                             h._divisors(wl.out_width), h._divisors(cib)):
+        for oc_n, h_n in h._THREAD_SPLITS:
+            if wl.out_height % (th * h_n):
+                continue
+            for tco in h._divisors(cob):
+                if cob % (tco * oc_n):
+                    continue
+                k = Conv2dKnobs(tb, th, tw, tci, tco, oc_n, h_n)
+                if h.fits(wl, k, cfg):
+                    out.append(k)
+    return out
+
+
+def reference_pick(wl: Conv2dWorkload, cfg) -> Conv2dKnobs:
+    """The heuristic's definition: price every candidate; of those within NEAR_TIE of the
+    best, the least by the tie key (DRAM bytes, more threads, smaller tile_ci, shorter
+    longest transaction, lower floor, earlier candidate)."""
+    priced = []
+    for i, k in enumerate(reference_candidates(wl, cfg)):
+        plan = h._plan(wl, k, cfg)
+        priced.append((plan.cycles(), i, plan, k))
+    best = min(p[0] for p in priced)
+    near = [p for p in priced if p[0] <= best * (1 + h.NEAR_TIE)]
+    return min(near, key=lambda p: (round(p[2].dram_bytes()), -p[3].nthreads, p[3].tile_ci,
+                                    p[2].burst if p[2].on_bus() else 0, p[2].floor(),
+                                    p[1]))[3]
+
+
+def _layers() -> list[tuple[str, Conv2dWorkload]]:
+    """C1-C12 as the networks give them (bias, shift, ReLU) and bare (no bias, no shift)."""
+    out = []
+    for name in RESNET18_LAYERS:
+        out.append((name, resnet18_layer(name)))
+        out.append((f"{name}-bare", resnet18_layer(name, bias=False, shift=0, relu=False)))
+    return out
+
+
+def _cases(configs: list[str]) -> list[tuple[str, str, Conv2dWorkload]]:
+    return [(c, n, wl) for c in configs for n, wl in _layers()]
+
+
+def _check_pick(config: str, wl: Conv2dWorkload) -> None:
+    cfg = load_config(config)
+    try:
+        fast = h.default_conv2d_knobs.__wrapped__(wl, cfg)
+    except h.LoweringError:
+        assert not reference_candidates(wl, cfg)
+        return
+    assert fast == reference_pick(wl, cfg)
+
+
+@pytest.mark.parametrize("config,wl", [pytest.param(c, wl, id=f"{c}-{n}")
+                                       for c, n, wl in _cases(shipped_configs())])
+def test_picks_equal_the_exhaustive_definition(config: str, wl: Conv2dWorkload) -> None:
+    """C1-C12, with and without bias, on every shipped config (the issue's C1-C12 check)."""
+    _check_pick(config, wl)
+
+
+@pytest.mark.parametrize("config", ["default", "vta_1x16x16", "tiny"])
+def test_candidate_table_and_bound(config: str) -> None:
+    """The table holds exactly ``fits``' candidates in order, and the bound that orders the
+    search is below every candidate's floor (so below its estimate): no candidate within
+    NEAR_TIE of the best can be cut off."""
+    cfg = load_config(config)
+    for name, wl in _layers():
+        ref = reference_candidates(wl, cfg)
+        assert h.knob_candidates(wl, cfg) == ref, name
+        if not ref:
+            continue
+        bound = h._bound(wl, cfg, h._candidate_table(wl, cfg))
+        for b, k in zip(bound.tolist(), ref, strict=True):
+            plan = h._plan(wl, k, cfg)
+            assert b <= plan.floor() <= plan.cycles(), (name, k)
+
+
+@settings(max_examples=300, deadline=None)
+@given(threads=st.sampled_from([1, 2, 4]), chunks=st.integers(1, 5),
+       load=st.integers(0, 400), gemm=st.integers(1, 400), reset=st.integers(0, 200),
+       epilogue=st.integers(0, 200), stores=st.integers(0, 400))
+def test_tiles_in_one_pass_equals_the_list_scheduler(threads: int, chunks: int, load: int,
+                                                     gemm: int, reset: int, epilogue: int,
+                                                     stores: int) -> None:
+    args = (threads, chunks, load, gemm, reset, epilogue, stores)
+    one, two = h._tiles.__wrapped__(*args)
+    assert one == h._tiles_streams(threads, chunks, 1, *args[2:])
+    assert two == h._tiles_streams(threads, chunks, 2, *args[2:])
+
+
+def _gemm_fold_by_choose_loops(ci: int, kh: int, kw: int, b: int, co: int, hh: int, w: int,
+                               sh: int, sw: int, budget: int, window: int) -> tuple[int, int]:
+    """The fold as it was computed: a real Gemm over TE variables through choose_loops."""
+    ih, iw = (hh - 1) * sh + kh, (w - 1) * sw + kw
+    v = {name: Var(name) for name in ("ic", "kh", "kw", "n", "o", "y", "x")}
+    dst = ((v["n"] * co + v["o"]) * hh + v["y"]) * w + v["x"]
+    src = (((v["n"] * ci + v["ic"]) * ih + v["y"] * sh + v["kh"]) * iw + v["x"] * sw
+           + v["kw"])
+    wgt = ((v["o"] * ci + v["ic"]) * kh + v["kh"]) * kw + v["kw"]
+    op = Gemm(TileRef(Buffer("acc", "acc", (1, 1), "int32"), dst),
+              TileRef(Buffer("inp", "inp", (1, 1), "int8"), src),
+              TileRef(Buffer("wgt", "wgt", (1, 1), "int8"), wgt))
+    extents = (ci, kh, kw, b, co, hh, w)
+    nest = [(var, n) for var, n in zip(v.values(), extents, strict=True) if n > 1]
+    node = choose_loops(UopLoop(op, [], nest), budget, window)
+    n = 1
+    while isinstance(node, For):
+        n, node = n * node.extent, node.body
+    assert isinstance(node, UopLoop)
+    return n, math.prod(e for _, e in node.kernel_loops)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ci=st.integers(1, 8), kh=st.sampled_from([1, 3, 7]), kw=st.sampled_from([1, 3, 7]),
+       b=st.integers(1, 3), co=st.integers(1, 8), hh=st.integers(1, 16), w=st.integers(1, 16),
+       sh=st.integers(1, 2), sw=st.integers(1, 2), budget=st.sampled_from([1, 8, 64, 512]),
+       window=st.integers(1, 8))
+def test_gemm_fold_equals_choose_loops(ci: int, kh: int, kw: int, b: int, co: int, hh: int,
+                                       w: int, sh: int, sw: int, budget: int,
+                                       window: int) -> None:
+    args = (ci, kh, kw, b, co, hh, w, sh, sw, budget, window)
+    assert h._gemm_fold.__wrapped__(*args) == _gemm_fold_by_choose_loops(*args)
