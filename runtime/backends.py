@@ -48,8 +48,9 @@ class BackendCaps:
     """Its stats are a :class:`sim.stats.SimStats` (per-module busy and stall cycles, DRAM
     bytes per buffer); otherwise they only have ``to_dict()``."""
     options: tuple[str, ...] = ()
-    """The keyword options its ``run`` takes beyond the four common arguments (``rtl``:
-    ``vcd``, ``engine``, ``max_cycles``, as :func:`hw.backend.run_rtl` takes them)."""
+    """The keyword options its ``run`` takes beyond the four common arguments (``sim``:
+    ``engine``; ``rtl``: ``vcd``, ``engine``, ``max_cycles``, as :func:`hw.backend.run_rtl`
+    takes them)."""
 
     def check_options(self, options: dict[str, Any]) -> None:
         """Raise ValueError naming the first of ``options`` this backend does not take."""
@@ -126,17 +127,38 @@ def timing_signature(program: Program) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[Any, int]:
+SIM_ENGINES = ("fast", "simpy")
+"""The timing engines of the ``sim`` backend: ``fast`` (:mod:`sim.fast_timing`, the default) and
+``simpy`` (:mod:`sim.timing`, the readable reference). Their cycles and statistics are equal on
+every program (``tests/test_fast_timing.py``); the reference is there to read and to check."""
+
+
+def _timing_engine(cfg: HwConfig, trace: bool, engine: str, functional: bool) -> Any:
+    """A timing simulator of ``engine`` (:data:`SIM_ENGINES`)."""
+    if engine == "fast":
+        from sim.fast_timing import FastTimingSimulator
+
+        return FastTimingSimulator(cfg, trace=trace, functional=functional)
+    if engine == "simpy":
+        from sim.timing import TimingSimulator
+
+        return TimingSimulator(cfg, trace=trace)  # it always executes the program
+    raise ValueError(f"backend 'sim': unknown engine {engine!r}; expected one of "
+                     f"{', '.join(SIM_ENGINES)}")
+
+
+def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool,
+             engine: str = "fast") -> tuple[Any, int]:
     """Functional + timing simulation.
 
     The timing model's cycles depend on neither data, DRAM addresses nor ALU immediates, so a
     program with the same :func:`timing_signature` as one already simulated on the same config
     (a network's repeated layers) reuses its timing, and only the functional simulator runs,
-    for the DRAM results.
+    for the DRAM results. ``engine`` picks the timing engine (:data:`SIM_ENGINES`).
     """
     from sim.functional import FunctionalSimulator
-    from sim.timing import TimingSimulator
 
+    simulator = _timing_engine(cfg, trace, engine, functional=True)
     key = (cfg, timing_signature(program), trace)
     cached = _TIMING_CACHE.get(key)
     pending = _PENDING.pop(key, None)
@@ -148,7 +170,7 @@ def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple[
     if cached is not None:
         FunctionalSimulator(cfg).run(program, dram)
         return cached, cached.cycles
-    stats = TimingSimulator(cfg, trace=trace).run(program, dram)
+    stats = simulator.run(program, dram)
     if len(_TIMING_CACHE) >= _TIMING_CACHE_SIZE:
         _TIMING_CACHE.clear()
     _TIMING_CACHE[key] = stats
@@ -166,8 +188,8 @@ def _run_rtl(program: Program, dram: Dram, cfg: HwConfig, trace: bool,
 
 
 register_backend(BackendCaps("fsim", False, False, "functional simulator (numpy)"), _run_fsim)
-register_backend(BackendCaps("sim", True, True, "functional + SimPy timing simulator",
-                             module_stats=True), _run_sim)
+register_backend(BackendCaps("sim", True, True, "functional + timing simulator",
+                             module_stats=True, options=("engine",)), _run_sim)
 register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Amaranth sim)",
                              options=("vcd", "engine", "max_cycles")), _run_rtl)
 
@@ -178,9 +200,9 @@ _PREFETCH_POOLS: list[PoolHandle] = []
 
 
 def _timing_only(program: Program, cfg: HwConfig, trace: bool) -> Any:
-    from sim.timing import TimingSimulator
-
-    return TimingSimulator(cfg, trace=trace).run(program, Dram())
+    """The prefetch worker's task: the fast engine's timing, without executing the program
+    (the parent runs the functional simulator for the data)."""
+    return _timing_engine(cfg, trace, "fast", functional=False).run(program, Dram())
 
 
 def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False) -> None:
@@ -298,9 +320,10 @@ def run_program(
     trace
         With ``"sim"``: also record queue and DRAM counters for ``stats.write_trace``.
     options
-        Options of the backend (``BackendCaps.options``): with ``"rtl"``, ``vcd`` (a path or an
-        :class:`hw.waveform.VcdDump`), ``engine`` and ``max_cycles``, as
-        :func:`hw.backend.run_rtl` takes them.
+        Options of the backend (``BackendCaps.options``): with ``"sim"``, ``engine``
+        (:data:`SIM_ENGINES`: ``"fast"``, the default, or ``"simpy"``, the reference); with
+        ``"rtl"``, ``vcd`` (a path or an :class:`hw.waveform.VcdDump`), ``engine`` and
+        ``max_cycles``, as :func:`hw.backend.run_rtl` takes them.
 
     Raises
     ------

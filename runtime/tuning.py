@@ -2,8 +2,9 @@
 
 :class:`SimMeasure` is the ``measure`` callable of :meth:`compiler.tune.tuners.Tuner.tune`: it
 builds each setting of a batch (uncached, :func:`build_program`, through the operator's registry
-entry) and runs only the SimPy timing model on it (``TimingSimulator(cfg).run(program,
-Dram())``: cycles depend on neither data nor DRAM addresses), in forked worker processes, one
+entry) and runs only the timing model on it (the fast engine without functional effects,
+``FastTimingSimulator(cfg, functional=False)``, whose cycles equal the SimPy reference's:
+cycles depend on neither data nor DRAM addresses), in forked worker processes, one
 setting per worker at a time. A setting that fails to build is reported with its error and
 never simulated.
 
@@ -29,7 +30,7 @@ from compiler.tune.log import TuningLog, as_log
 from compiler.tune.task import Task
 from compiler.tune.tuners import MeasureResult
 from runtime.workers import PoolHandle, sigint_deferred, stop_pool, worker_init
-from sim.timing import TimingSimulator
+from sim.fast_timing import FastTimingSimulator
 
 __all__ = ["SimMeasure", "build_program", "default_workers", "measure_knobs"]
 
@@ -65,7 +66,7 @@ def measure_knobs(workload: Any, cfg: HwConfig, knobs: Any) -> MeasureResult:
         program = build_program(workload, cfg, knobs)
     except LoweringError as exc:
         return MeasureResult(None, f"build: {exc}", time.perf_counter() - start)
-    stats = TimingSimulator(cfg).run(program, Dram())
+    stats = FastTimingSimulator(cfg, functional=False).run(program, Dram())
     return MeasureResult(int(stats.cycles), None, time.perf_counter() - start)
 
 

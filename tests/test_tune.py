@@ -159,7 +159,7 @@ class _CheckingMeasure:
 def test_no_invalid_setting_is_measured(name: str, tiny: HwConfig, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     import runtime.tuning
-    import sim.timing
+    import sim.fast_timing
 
     # Settings with one-pixel-wide tiles fail to build here, as a setting the static filter
     # cannot foresee would: they must be reported, never simulated, counted or logged.
@@ -171,15 +171,15 @@ def test_no_invalid_setting_is_measured(name: str, tiny: HwConfig, tmp_path: Pat
         return real_build(wl, cfg, knobs)
 
     simulated: list[int] = []
-    real_run = sim.timing.TimingSimulator.run
+    real_run = sim.fast_timing.FastTimingSimulator.run
 
-    def run(self: Any, program: Any, dram: Any) -> Any:
+    def run(self: Any, program: Any, dram: Any = None) -> Any:
         assert program.meta["knobs"]["tile_w"] != 1
         simulated.append(program.meta["knobs"]["tile_w"])
         return real_run(self, program, dram)
 
     monkeypatch.setattr(runtime.tuning, "build_program", build)
-    monkeypatch.setattr(sim.timing.TimingSimulator, "run", run)
+    monkeypatch.setattr(sim.fast_timing.FastTimingSimulator, "run", run)
     task = _task(LAYER_A, tiny)
     log = TuningLog(tmp_path / "log.jsonl")
     with SimMeasure(workers=1, cache=False) as inner:  # in-process, so the patches apply
