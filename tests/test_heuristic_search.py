@@ -9,7 +9,9 @@ checked here against the plain definition it replaced: the picks must be identic
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -74,7 +76,7 @@ def _cases(configs: list[str]) -> list[tuple[str, str, Conv2dWorkload]]:
 def _check_pick(config: str, wl: Conv2dWorkload) -> None:
     cfg = load_config(config)
     try:
-        fast = h.default_conv2d_knobs.__wrapped__(wl, cfg)
+        fast = h.search_conv2d_knobs(wl, cfg)
     except h.LoweringError:
         assert not reference_candidates(wl, cfg)
         return
@@ -150,3 +152,37 @@ def test_gemm_fold_equals_choose_loops(ci: int, kh: int, kw: int, b: int, co: in
                                        window: int) -> None:
     args = (ci, kh, kw, b, co, hh, w, sh, sw, budget, window)
     assert h._gemm_fold.__wrapped__(*args) == _gemm_fold_by_choose_loops(*args)
+
+
+def test_the_pick_is_cached_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A later process (the in-memory cache cleared) reads the pick back instead of searching;
+    an unreadable entry is searched again and replaced; with caching off nothing is written."""
+    monkeypatch.setenv("ACCEL_CACHE_DIR", str(tmp_path))
+    cfg, wl = load_config("default"), resnet18_layer("C7")
+    h.default_conv2d_knobs.cache_clear()
+    picked = h.default_conv2d_knobs(wl, cfg)
+    assert picked == h.search_conv2d_knobs(wl, cfg)
+    (entry,) = (tmp_path / "knobs").iterdir()
+    assert entry.name.startswith(f"{cfg.name}__{wl.signature()}__")
+
+    searched: list[Conv2dWorkload] = []
+    real = h.search_conv2d_knobs
+
+    def counting(wl: Conv2dWorkload, cfg) -> Conv2dKnobs:
+        searched.append(wl)
+        return real(wl, cfg)
+
+    monkeypatch.setattr(h, "search_conv2d_knobs", counting)
+    h.default_conv2d_knobs.cache_clear()
+    assert h.default_conv2d_knobs(wl, cfg) == picked and searched == []
+    entry.write_text("{not json")
+    h.default_conv2d_knobs.cache_clear()
+    assert h.default_conv2d_knobs(wl, cfg) == picked and searched == [wl]
+    assert Conv2dKnobs(**json.loads(entry.read_text())) == picked
+
+    monkeypatch.setenv("ACCEL_CACHE_DIR", "off")
+    h.default_conv2d_knobs.cache_clear()
+    other = resnet18_layer("C9")
+    h.default_conv2d_knobs(other, cfg)
+    assert searched == [wl, other] and len(list((tmp_path / "knobs").iterdir())) == 1
+    h.default_conv2d_knobs.cache_clear()

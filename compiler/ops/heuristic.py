@@ -42,7 +42,9 @@ the inp, wgt and acc buffers of the config they are given.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from accel.machine import costs
+from accel.machine.cache import cache_dir, code_version, write_atomic
 from accel.machine.config import HwConfig
 from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
 from compiler.errors import LoweringError
@@ -57,7 +60,7 @@ from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, bias_init, bias_loa
 from compiler.passes.uops import arrange_loops
 
 __all__ = ["conv2d_cycles_floor", "conv2d_instructions", "default_conv2d_knobs",
-           "estimate_conv2d_cycles", "fits", "knob_candidates"]
+           "estimate_conv2d_cycles", "fits", "knob_candidates", "search_conv2d_knobs"]
 
 
 def _divisors(n: int) -> list[int]:
@@ -478,12 +481,34 @@ def default_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
     """The candidate with the lowest estimated cycles (of those within ``NEAR_TIE`` of it,
     the one that moves the fewest DRAM bytes).
 
+    Remembered in memory and on disk (``$ACCEL_CACHE_DIR/knobs``), keyed as the compile cache
+    keys programs: config name, workload signature and the hash of the contract's and the
+    compiler's code, so a later run (or a sweep's worker) asks the search once per layer and
+    machine; an unreadable entry is searched again and replaced.
+
     Raises
     ------
     LoweringError
         No knob setting fits the config's buffers (for example a kernel window wider than the
         inp buffer).
     """
+    folder = cache_dir("knobs")
+    path = None
+    if folder is not None:
+        path = folder / (f"{cfg.name}__{wl.signature()}__"
+                         f"{code_version('accel.machine', 'compiler')}.json")
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            return Conv2dKnobs(**json.loads(path.read_text()))
+    knobs = search_conv2d_knobs(wl, cfg)
+    if path is not None:
+        with contextlib.suppress(OSError):
+            write_atomic(path, json.dumps(knobs.to_dict()))
+    return knobs
+
+
+def search_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
+    """:func:`default_conv2d_knobs`' search itself, uncached (the module docstring's model,
+    priced by branch and bound)."""
     pad_limit = (1 << cfg.isa.pad_bits) - 1
     if max(wl.pad_h, wl.pad_w) > pad_limit:
         raise LoweringError(
