@@ -106,25 +106,27 @@ def _run_fsim(program: Program, dram: Dram, cfg: HwConfig, trace: bool) -> tuple
     return FunctionalSimulator(cfg).run(program, dram), None
 
 
-_TIMING_CACHE: dict[tuple[HwConfig, tuple[Any, ...], bool], Any] = {}
+_TIMING_CACHE: dict[tuple[HwConfig, bytes, bool], Any] = {}
 _TIMING_CACHE_SIZE = 256
 
 
-def timing_signature(program: Program) -> tuple[Any, ...]:
+def timing_signature(program: Program) -> bytes:
     """What the timing model's result depends on: the instructions with their DRAM addresses
-    and ALU immediates blanked (no cost in :mod:`accel.machine.costs` reads either)."""
-    from dataclasses import replace
+    and ALU immediates blanked (no cost in :mod:`accel.machine.costs` reads either), as one
+    bytes object (its hash is computed once, where a tuple of instructions would be hashed
+    anew at every lookup of the timing cache)."""
+    import pickle
 
     from accel.machine.isa import AluInsn, MemInsn
 
     out = []
     for insn in program.insns:
-        if isinstance(insn, MemInsn):
-            insn = replace(insn, dram_base=0)
-        elif isinstance(insn, AluInsn):
-            insn = replace(insn, imm=0)
-        out.append(insn)
-    return tuple(out)
+        fields = vars(insn)
+        blank = "dram_base" if isinstance(insn, MemInsn) else \
+            "imm" if isinstance(insn, AluInsn) else None
+        out.append((type(insn).__name__,
+                    *((k, 0 if k == blank else v) for k, v in fields.items())))
+    return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 SIM_ENGINES = ("fast", "simpy")
@@ -194,7 +196,7 @@ register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Ama
                              options=("vcd", "engine", "max_cycles")), _run_rtl)
 
 
-_PENDING: dict[tuple[HwConfig, tuple[Any, ...], bool], Any] = {}
+_PENDING: dict[tuple[HwConfig, bytes, bool], Any] = {}
 _PREFETCH_POOLS: list[PoolHandle] = []
 """The prefetch pool of the run going on, and its worker process."""
 
@@ -224,7 +226,7 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
         context = multiprocessing.get_context("fork")
     except ValueError:
         return
-    todo: dict[tuple[HwConfig, tuple[Any, ...], bool], Program] = {}
+    todo: dict[tuple[HwConfig, bytes, bool], Program] = {}
     for program in programs:
         key = (cfg, timing_signature(program), trace)
         if key not in _TIMING_CACHE and key not in _PENDING:
