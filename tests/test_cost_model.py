@@ -8,8 +8,9 @@ correlation between estimate and simulated cycles is at least 0.9, and the setti
 heuristic picks (``default_conv2d_knobs``) simulates within 3% of the fastest setting simulated
 for the layer (the sample, the pick and the model's four best). The comparison is
 ``benchmarks/cost_model.py``'s (which prints the same figures); the default run checks a
-sample of 6 on a 1x1 layer of each config, the full form (C1-C12 on ``default`` and
-``vta_1x16x16``) is slow."""
+sample of 6 on a 1x1 layer of each config; the full form (C1-C12 on ``default`` and
+``vta_1x16x16``) is ``benchmarks/cost_model.py``'s figure, and an opt-in test here
+(``-m benchmark``)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_ranking_sampled(config: str, layer: str) -> None:
     check_layer(config, layer, 6)
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("layer", list(RESNET18_LAYERS))
 def test_ranking_every_layer(config: str, layer: str) -> None:

@@ -17,12 +17,15 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 # other work, nine tenths of it synthesis;
 # 06 runs the 264-point ResNet-18 sweep: about 45 s on two idle cores, and builds a Verilator
 # model when Verilator is installed).
-SLOW = {"03_design_space.ipynb", "04_rtl.ipynb", "05_codesign.ipynb", "06_energy.ipynb"}
+# 05 is opt-in (`-m benchmark`): its figures are Yosys's, which the synthesis tests check.
+SLOW = {"03_design_space.ipynb", "04_rtl.ipynb", "06_energy.ipynb"}
+OPT_IN = {"05_codesign.ipynb"}
 
 
 def _params() -> list[pytest.param]:
     return [pytest.param(path, id=path.stem,
-                         marks=[pytest.mark.slow] if path.name in SLOW else [])
+                         marks=[pytest.mark.slow] if path.name in SLOW else
+                         [pytest.mark.benchmark] if path.name in OPT_IN else [])
             for path in sorted(NOTEBOOKS.glob("*.ipynb"))]
 
 
