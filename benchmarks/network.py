@@ -1,6 +1,20 @@
 """End-to-end network figures: `accel run resnet18` wall time, cycles, memory plan, ONNX agreement.
 
-Prints, in one run:
+With ``--breakdown`` it prints instead, in one run on warm caches (a fresh cache folder, filled
+by a warm-up run of each command), the toolkit's own speed against the BLAS floor: the float32
+time of ResNet-18's accelerator convolutions as one im2col matrix product each
+(``numpy.matmul``, best of 5; the stem as compiled, folded), then each command's best wall time
+of ``--repeats`` and its ratio to that floor (``accel run resnet18``, with ``--out``,
+``accel run resnet50 --no-check``, ``accel run bert_base --no-trace``, ``accel --help``,
+``accel config show``), then ``accel run resnet18``'s parts measured in one process: imports
+(``import accel.cli`` in a fresh interpreter less a bare one), compile (``accel.compile``),
+functional (``FunctionalSimulator.run``), timing (the rest of the ``sim`` backend: the fast
+engine, waiting on the prefetch worker), the rest of the run (fallback kernels, the layer
+checks, the reference network) and outputs (``--out``'s wall time less the plain run's).
+
+    python benchmarks/network.py --breakdown [--repeats 3]
+
+Otherwise it prints, in one run:
 
 - wall time of the whole command ``accel run resnet18`` at 224x224 on ``sim`` (default config,
   check on), beside ``--backend fsim`` and a numpy-only run of the same network (the reference
@@ -19,11 +33,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -132,11 +148,126 @@ def onnx_agreement(samples: int = 32) -> None:
           f"{top1}/{samples}")
 
 
+def blas_floor() -> float:
+    """Best of 5 float32 wall times of ResNet-18's accelerator convolutions as im2col
+    products."""
+    from compiler.ops.conv2d import Conv2dWorkload
+
+    rng = np.random.default_rng(0)
+    exe = accel.compile("resnet18")
+    mats = []
+    for op in exe.compiled.values():
+        wl = op.workload
+        if isinstance(wl, Conv2dWorkload):
+            m = wl.batch * wl.out_height * wl.out_width
+            k = wl.in_channels * wl.kernel_h * wl.kernel_w
+            mats.append((rng.standard_normal((m, k), dtype=np.float32),
+                         rng.standard_normal((k, wl.out_channels), dtype=np.float32)))
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for a, b in mats:
+            np.matmul(a, b)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def _timed(owner: object, name: str, total: list[float]) -> None:
+    """Wrap ``owner.name`` so that its wall time adds to ``total[0]``."""
+    real = getattr(owner, name)
+
+    def wrapper(*args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            total[0] += time.perf_counter() - start
+
+    setattr(owner, name, wrapper)
+
+
+def parts_of_a_run() -> dict[str, float]:
+    """``accel run resnet18``'s compile and run parts, measured in this process (caches warm)."""
+    import runtime.backends
+    import sim.functional
+
+    functional, in_sim = [0.0], [0.0]
+    _timed(sim.functional.FunctionalSimulator, "run", functional)
+    backend = runtime.backends._BACKENDS["sim"]
+    real_run = backend.run
+
+    def run_sim(*args: object, **kwargs: object) -> object:
+        start = time.perf_counter()
+        try:
+            return real_run(*args, **kwargs)
+        finally:
+            in_sim[0] += time.perf_counter() - start
+
+    runtime.backends._BACKENDS["sim"] = runtime.backends.Backend(backend.caps, run_sim)
+    try:
+        start = time.perf_counter()
+        graph = accel.load_model("resnet18")
+        x, calibration = accel.sample_inputs(graph, 0)
+        exe = accel.compile(graph, calibration=calibration)
+        compiled = time.perf_counter()
+        exe.run(x, backend="sim", check=True)
+        exe.reference(x)
+        ran = time.perf_counter()
+    finally:
+        runtime.backends._BACKENDS["sim"] = backend
+    return {"compile": compiled - start, "functional": functional[0],
+            "timing": in_sim[0] - functional[0],
+            "rest of the run": ran - compiled - in_sim[0]}
+
+
+def breakdown(repeats: int) -> None:
+    floor = blas_floor()
+    print(f"BLAS floor (float32 im2col products of ResNet-18's convolutions, best of 5): "
+          f"{floor:.4f} s")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["ACCEL_CACHE_DIR"] = str(Path(tmp) / "cache")
+        out = str(Path(tmp) / "out")
+        commands = {
+            "accel run resnet18": ["accel", "run", "resnet18"],
+            "accel run resnet18 --out DIR": ["accel", "run", "resnet18", "--out", out],
+            "accel run resnet50 --no-check": ["accel", "run", "resnet50", "--no-check"],
+            "accel run bert_base --no-trace": ["accel", "run", "bert_base", "--no-trace"],
+            "accel --help": ["accel", "--help"],
+            "accel config show": ["accel", "config", "show"],
+        }
+        for cmd in commands.values():
+            wall(cmd)  # warm-up: fills the caches
+            shutil.rmtree(out, ignore_errors=True)
+        best: dict[str, float] = {}
+        for _ in range(repeats):
+            for name, cmd in commands.items():
+                best[name] = min(best.get(name, float("inf")), wall(cmd))
+                shutil.rmtree(out, ignore_errors=True)
+        bare = min(wall([sys.executable, "-c", "pass"]) for _ in range(repeats))
+        imports = min(wall([sys.executable, "-c", "import accel.cli"])
+                      for _ in range(repeats)) - bare
+        parts = parts_of_a_run()
+    print(f"whole commands, best of {repeats}, warm caches:")
+    for name, t in best.items():
+        print(f"  {name:<34} {t:7.2f} s   {t / floor:8.0f}x the floor")
+    print("accel run resnet18 by part:")
+    parts = {"imports": imports, **parts,
+             "outputs (--out less plain)": best["accel run resnet18 --out DIR"]
+             - best["accel run resnet18"]}
+    for name, t in parts.items():
+        print(f"  {name:<34} {t:7.2f} s   {t / floor:8.0f}x the floor")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-onnx", action="store_true")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="the toolkit's own speed against the BLAS floor (module docstring)")
     args = parser.parse_args()
+    if args.breakdown:
+        breakdown(args.repeats)
+        return 0
     command_times(args.repeats)
     cycles_and_plan()
     if not args.skip_onnx:

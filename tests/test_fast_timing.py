@@ -555,3 +555,23 @@ def test_run_fast_timing_and_an_empty_image() -> None:
                   run_fast_timing(program, functional=False),
                   FastTimingSimulator(program.config, functional=False).run(program, Dram())):
         assert _result(stats) == _result(reference)
+
+
+def test_the_sim_backend_takes_either_engine() -> None:
+    """``run_program(..., backend="sim")`` times with the fast engine unless ``engine="simpy"``
+    asks for the reference: the same cycles, stats and DRAM; an unknown engine is one error."""
+    import runtime.backends
+    from accel import run_program
+
+    cfg = load_config("default")
+    program, dram = gemm_tile(cfg, 2, inner=8, pixels=4)
+    results = {}
+    for engine in ("fast", "simpy"):
+        runtime.backends._TIMING_CACHE.clear()
+        image = dram.copy()
+        got = run_program(program, image, backend="sim", trace=True, engine=engine)
+        results[engine] = (*_result(got.stats), got.cycles, image.data.tobytes())
+    assert results["fast"] == results["simpy"]
+    with pytest.raises(ValueError, match=r"^backend 'sim': unknown engine 'verilator'; "
+                                         r"expected one of fast, simpy$"):
+        run_program(program, dram.copy(), backend="sim", engine="verilator")
