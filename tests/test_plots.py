@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,13 @@ from accel.plots import (
 from compiler.ops.compiled import compile_conv2d
 from compiler.ops.conv2d import Conv2dWorkload
 from sim.stats import MODULES
+
+_spec = importlib.util.spec_from_file_location(
+    "outputs_bench", Path(__file__).resolve().parent.parent / "benchmarks" / "outputs.py")
+assert _spec is not None and _spec.loader is not None
+_OUTPUTS_BENCH = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _OUTPUTS_BENCH
+_spec.loader.exec_module(_OUTPUTS_BENCH)
 
 LAYERS = {
     "L1": Conv2dWorkload(1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, True, 6, True),
@@ -499,23 +508,9 @@ def test_waveform_command(rtl_vcd: tuple[Path, int], tmp_path: Path,
 
 # ------------------------------------------------------------ traces and accel run's outputs
 def _reference_events(st: Any) -> list[dict[str, Any]]:
-    """``SimStats.trace_events`` as it was before the trace was streamed: one dict per event."""
-    us = 1.0 / st.clock_mhz
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "accelerator"}}]
-    for tid, name in enumerate(MODULES):
-        events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name",
-                       "args": {"name": name}})
-    tids = {name: tid for tid, name in enumerate(MODULES)}
-    for s in st.timeline:
-        events.append({"ph": "X", "pid": 1, "tid": tids[s.module], "name": s.name,
-                       "ts": s.start * us, "dur": (s.end - s.start) * us,
-                       "args": {"index": s.index, "start_cycle": s.start,
-                                "cycles": s.end - s.start}})
-    for name, cycle, value in st.counters:
-        events.append({"ph": "C", "pid": 1, "name": name, "ts": cycle * us,
-                       "args": {"value": value}})
-    return events
+    """``SimStats.trace_events`` as it was before the trace was streamed: one dict per event
+    (``benchmarks/outputs.py`` keeps that writer, to time the old path against the new)."""
+    return _OUTPUTS_BENCH.old_trace_events(st)
 
 
 def _reference_trace(st: Any) -> dict[str, Any]:
