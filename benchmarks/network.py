@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -179,18 +180,16 @@ def blas_floor() -> float:
     return best
 
 
-def _timed(owner: object, name: str, total: list[float]) -> None:
-    """Wrap ``owner.name`` so that its wall time adds to ``total[0]``."""
-    real = getattr(owner, name)
-
+def _timed(fn: Any, total: list[float]) -> Any:
+    """``fn``, with its wall time added to ``total[0]`` at every call."""
     def wrapper(*args: object, **kwargs: object) -> object:
         start = time.perf_counter()
         try:
-            return real(*args, **kwargs)
+            return fn(*args, **kwargs)
         finally:
             total[0] += time.perf_counter() - start
 
-    setattr(owner, name, wrapper)
+    return wrapper
 
 
 def parts_of_a_run() -> dict[str, float]:
@@ -199,18 +198,11 @@ def parts_of_a_run() -> dict[str, float]:
     import sim.functional
 
     functional, in_sim = [0.0], [0.0]
-    _timed(sim.functional.FunctionalSimulator, "run", functional)
+    fsim_run = sim.functional.FunctionalSimulator.run
+    sim.functional.FunctionalSimulator.run = _timed(fsim_run, functional)
     backend = runtime.backends._BACKENDS["sim"]
-    real_run = backend.run
-
-    def run_sim(*args: object, **kwargs: object) -> object:
-        start = time.perf_counter()
-        try:
-            return real_run(*args, **kwargs)
-        finally:
-            in_sim[0] += time.perf_counter() - start
-
-    runtime.backends._BACKENDS["sim"] = runtime.backends.Backend(backend.caps, run_sim)
+    runtime.backends._BACKENDS["sim"] = runtime.backends.Backend(
+        backend.caps, _timed(backend.run, in_sim))
     from compiler.ops.compiled import cache_clear
     from compiler.ops.heuristic import default_conv2d_knobs
 
@@ -227,6 +219,7 @@ def parts_of_a_run() -> dict[str, float]:
         ran = time.perf_counter()
     finally:
         runtime.backends._BACKENDS["sim"] = backend
+        sim.functional.FunctionalSimulator.run = fsim_run
     return {"compile": compiled - start, "functional": functional[0],
             "timing": in_sim[0] - functional[0],
             "rest of the run": ran - compiled - in_sim[0]}

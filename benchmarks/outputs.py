@@ -63,8 +63,8 @@ def old_trace_events(st: Any) -> list[dict[str, Any]]:
     return events
 
 
-def old_write_trace(report: Any, path: Path) -> None:
-    """``RunReport.write_trace`` before: the layers' event dicts merged, one ``json.dumps``."""
+def old_run_trace(report: Any) -> dict[str, Any]:
+    """What ``RunReport.write_trace`` wrote before: the layers' event dicts merged."""
     events: list[dict[str, Any]] = []
     us_per_cycle = 1.0 / report.clock_mhz
     offset_us = 0.0
@@ -94,10 +94,14 @@ def old_write_trace(report: Any, path: Path) -> None:
             offset_us += layer.host_ms * 1000.0
     events.append({"ph": "M", "pid": 1, "tid": 9, "name": "thread_name",
                    "args": {"name": "layers"}})
+    return {"traceEvents": events, "displayTimeUnit": "ns",
+            "otherData": {"cycles": report.accel_cycles, "clock_mhz": report.clock_mhz}}
+
+
+def old_write_trace(report: Any, path: Path) -> None:
+    """``RunReport.write_trace`` before: :func:`old_run_trace` in one ``json.dumps``."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({
-        "traceEvents": events, "displayTimeUnit": "ns",
-        "otherData": {"cycles": report.accel_cycles, "clock_mhz": report.clock_mhz}}))
+    tmp.write_text(json.dumps(old_run_trace(report)))
     tmp.replace(path)
 
 

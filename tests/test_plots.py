@@ -521,36 +521,7 @@ def _reference_trace(st: Any) -> dict[str, Any]:
 
 def _reference_run_trace(report: Any) -> dict[str, Any]:
     """What ``RunReport.write_trace`` wrote before (layers merged by dict), as read back."""
-    events: list[dict[str, Any]] = []
-    us_per_cycle = 1.0 / report.clock_mhz
-    offset_us = 0.0
-    events.append({"ph": "M", "pid": 1, "tid": 10, "name": "thread_name",
-                   "args": {"name": "cpu fallback"}})
-    layers = {layer.name: layer for layer in report.layers}
-    for name, _, stats in report.traces:
-        layer = layers[name]
-        if stats is not None:
-            for e in _reference_events(stats):
-                if e["ph"] == "M" and any(x.get("tid") == e.get("tid") and x["ph"] == "M"
-                                          for x in events):
-                    continue
-                e = dict(e)
-                if "ts" in e:
-                    e["ts"] += offset_us
-                events.append(e)
-            events.append({"ph": "X", "pid": 1, "tid": 9, "name": name, "ts": offset_us,
-                           "dur": (layer.cycles or 0) * us_per_cycle,
-                           "args": {"op": layer.op, "cycles": layer.cycles}})
-            offset_us += (layer.cycles or 0) * us_per_cycle
-        else:
-            events.append({"ph": "X", "pid": 1, "tid": 10, "name": name, "ts": offset_us,
-                           "dur": layer.host_ms * 1000.0,
-                           "args": {"op": layer.op, "host_ms": layer.host_ms}})
-            offset_us += layer.host_ms * 1000.0
-    events.append({"ph": "M", "pid": 1, "tid": 9, "name": "thread_name",
-                   "args": {"name": "layers"}})
-    return {"traceEvents": events, "displayTimeUnit": "ns",
-            "otherData": {"cycles": report.accel_cycles, "clock_mhz": report.clock_mhz}}
+    return _OUTPUTS_BENCH.old_run_trace(report)
 
 
 def _same(path: Path, want: dict[str, Any]) -> None:
