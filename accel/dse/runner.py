@@ -259,15 +259,14 @@ def _run_layer(point: Point, cfg: HwConfig, row: dict[str, Any]
 def _run_model(point: Point, cfg: HwConfig, row: dict[str, Any]
                ) -> tuple[list[dict[str, Any]], str | None]:
 
-    from accel.api import compile as compile_graph
-    from accel.api import load_model, sample_inputs
+    from runtime.network import compile_network, load_model, sample_inputs
 
     item = point.workload
     model = item.param("path") if item.kind == "onnx" else item.workload
     graph = load_model(model, batch=item.param("batch", 1),
                              image_size=item.param("image_size"), seq_len=item.param("seq_len"))
     x, calibration = sample_inputs(graph, _seed(point))
-    exe = compile_graph(graph, cfg, calibration=calibration)
+    exe = compile_network(graph, cfg, calibration=calibration)
     _, report = exe.run(x, backend=point.backend, fallback="cpu", check=point.check,
                         trace=point.traces)
     stats = {name: s for name, _, s in report.traces}
