@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["DEFAULT_VCD_CYCLES", "add_parsers", "add_vcd_arguments", "cmd_exec", "rtl_failure",
            "vcd_dump", "vcd_summary"]
@@ -86,7 +87,7 @@ def vcd_summary(dump: Any, cycles: int, what: str) -> str:
 def add_parsers(subparsers: Any) -> None:
     """Add ``exec`` to ``subparsers`` (an ``add_subparsers()`` result)."""
     from accel.cli_util import add_deprecated_alias
-    from hw.backend import ENGINES
+    from hw.names import RTL_ENGINES
 
     p = subparsers.add_parser(
         "exec", help="run a binary program (accel asm) on fsim, sim or the RTL")
@@ -96,7 +97,7 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"],
                    help="fsim: functional simulator, no cycles; sim: functional and SimPy "
                         "timing simulators (default); rtl: the Amaranth RTL")
-    p.add_argument("--engine", default="auto", choices=ENGINES,
+    p.add_argument("--engine", default="auto", choices=RTL_ENGINES,
                    help="with --backend rtl: Verilator, Amaranth's simulator, or Verilator "
                         "when it is installed (auto, the default)")
     p.add_argument("--cycle-limit", type=int, default=None, metavar="N",
@@ -128,6 +129,8 @@ def _load_program(path: Path, cfg: Any) -> Any:
 
 
 def _initial_image(program: Any, args: argparse.Namespace) -> Any:
+    import numpy as np
+
     from accel.machine.dram import Dram
 
     dram = Dram()
@@ -155,6 +158,8 @@ def _initial_image(program: Any, args: argparse.Namespace) -> Any:
 
 def _differences(got: np.ndarray, want: np.ndarray, regions: dict[str, Any]) -> str:
     """Where two DRAM images of one size differ, in words ('' when identical)."""
+    import numpy as np
+
     bad = np.flatnonzero(got != want)
     if not bad.size:
         return ""

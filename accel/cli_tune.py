@@ -274,7 +274,7 @@ def _print_table(rows: list[tuple[Any, ...]], cfg: Any, log: Any, skipped_before
 def add_parsers(subparsers: Any) -> None:
     """Add ``tune`` to ``subparsers``."""
     from accel.cli_util import WORKERS_HELP
-    from compiler.tune.tuners import TUNERS
+    from compiler.tune.names import TUNER_NAMES
 
     p = subparsers.add_parser(
         "tune", help="tune layer schedules on the timing simulator (model or layer list)")
@@ -283,7 +283,7 @@ def add_parsers(subparsers: Any) -> None:
                         "accelerator layer; or ResNet-18 layers like C2,C3,C9 or C2-C12")
     p.add_argument("--config", help="hardware config name or YAML path")
     p.add_argument("--trials", type=int, default=64, help="measured settings per layer")
-    p.add_argument("--tuner", default="xgb", choices=list(TUNERS),
+    p.add_argument("--tuner", default="xgb", choices=TUNER_NAMES,
                    help="xgb (cost model + simulated annealing), random or ga")
     p.add_argument("--log", default="tuning.jsonl",
                    help="tuning log to append to (JSON lines; default tuning.jsonl)")

@@ -24,12 +24,13 @@ from accel.machine.program import Program
 from accel.machine.tokens import check_tokens
 from hw.activity import action_counts, active_cycles
 from hw.image import prepare_image
+from hw.names import RTL_ENGINES
 from hw.primitives import Target
 from hw.waveform import VcdDump
 
 __all__ = ["ENGINES", "RtlStats", "run_rtl"]
 
-ENGINES = ("auto", "verilator", "amaranth")
+ENGINES = RTL_ENGINES
 
 
 class RtlStats(dict):  # type: ignore[type-arg]

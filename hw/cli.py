@@ -26,14 +26,14 @@ def _fail(message: str) -> int:
 
 def add_parsers(subparsers: Any) -> None:
     """Add ``verilog`` and ``synth`` to ``subparsers`` (an ``add_subparsers()`` result)."""
-    from hw.synth import ECP5_DEVICES, TARGETS
+    from hw.names import ECP5_DEVICES, SYNTH_TARGETS
 
     p = subparsers.add_parser("verilog", help="write the accelerator's Verilog (Amaranth)")
     p.add_argument("--config", default=None,
                    help="shipped config name or YAML path (default: the packaged default)")
     p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="the Verilog file to write")
-    p.add_argument("--target", default=None, choices=sorted(TARGETS),
+    p.add_argument("--target", default=None, choices=sorted(SYNTH_TARGETS),
                    help="FPGA family whose primitives to instantiate where the RTL has them "
                         "(ecp5: the multipliers, the last LUTs after block RAMs and multipliers; "
                         "default: generic Verilog)")
@@ -45,7 +45,7 @@ def add_parsers(subparsers: Any) -> None:
         "synth", help="FPGA resource estimate with Yosys (and ECP5 Fmax with --pnr)")
     p.add_argument("--config", default=None,
                    help="shipped config name or YAML path (default: the packaged default)")
-    p.add_argument("--target", required=True, choices=sorted(TARGETS), help="FPGA family")
+    p.add_argument("--target", required=True, choices=sorted(SYNTH_TARGETS), help="FPGA family")
     p.add_argument("--pnr", action="store_true",
                    help="also place and route on ECP5 with nextpnr and report the Fmax")
     p.add_argument("--device", default="45k", choices=sorted(ECP5_DEVICES),

@@ -27,9 +27,11 @@ from typing import Any
 
 from accel.machine.cache import cache_dir, file_lock, work_dir, write_atomic
 from accel.machine.config import HwConfig
+from hw.names import ECP5_DEVICES
 from hw.primitives import family_for
 
-__all__ = ["TARGETS", "SynthError", "SynthReport", "late_endpoints", "parse_stat", "register_of",
+__all__ = ["ECP5_DEVICES", "TARGETS", "SynthError", "SynthReport", "late_endpoints", "parse_stat",
+           "register_of",
            "synthesize"]
 
 
@@ -82,8 +84,6 @@ TARGETS: dict[str, _Target] = {
     ),
 }
 
-ECP5_DEVICES = {"25k": "CABGA256", "45k": "CABGA381", "85k": "CABGA381"}
-"""ECP5 devices nextpnr places on (``--device``), with the package used for each."""
 
 CLOCK_PINS = {"CABGA381": "G2", "CABGA256": "P6"}
 """The ball ``--pnr`` puts the clock on, per package: where boards put their oscillator (G2,

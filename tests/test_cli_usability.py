@@ -498,3 +498,35 @@ def test_run_json_is_the_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["model"] == "resnet18" and report["check"] is True
     assert report["totals"]["layers"] == len(report["layers"])
     assert captured.err == ""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["config", "show"], ["config", "list"]])
+def test_start_up_loads_neither_numpy_nor_amaranth(argv: list[str]) -> None:
+    """``accel --help`` builds every parser and ``accel config show`` reads a config: neither
+    loads Amaranth, the compiler's operators, the runtime or the tuners (lazy package names,
+    choices from hw.names and compiler.tune.names); ``--help`` loads no numpy either."""
+    code = ("import sys\nfrom accel.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    loaded = set(run.stderr.split())
+    heavy = {m for m in loaded if m.split(".")[0] in {"amaranth", "runtime", "sim", "jschon"}
+             or m.startswith(("compiler.ops", "compiler.tune.tuners", "compiler.graph",
+                              "hw.synth", "hw.backend", "accel.api"))}
+    assert heavy == set()
+    if argv == ["--help"]:
+        assert "numpy" not in loaded
+    assert "accel.cli" in loaded and "compiler.tune.names" in loaded
+
+
+def test_the_light_choice_lists_name_what_the_tools_take() -> None:
+    from compiler.tune.names import TUNER_NAMES
+    from compiler.tune.tuners import TUNERS
+    from hw.backend import ENGINES
+    from hw.names import RTL_ENGINES, SYNTH_TARGETS
+    from hw.synth import TARGETS
+
+    assert tuple(TARGETS) == SYNTH_TARGETS
+    assert tuple(TUNERS) == TUNER_NAMES
+    assert ENGINES == RTL_ENGINES

@@ -42,6 +42,7 @@ from typing import Any
 
 from accel.machine.config import ConfigError, HwConfig, field_kind, load_config
 from accel.machine.yamlfile import parse_yaml, read_text
+from hw.names import SYNTH_TARGETS
 
 __all__ = [
     "BACKENDS",
@@ -69,7 +70,6 @@ _TOP_KEYS = ("name", "description", "base", "mode", "axes", "workloads", "backen
 _CONV2D_KEYS = ("name", "batch", "in_channels", "size", "height", "width", "out_channels",
                 "kernel", "stride", "padding", "bias", "shift", "relu")
 _MODEL_KEYS = ("batch", "image_size", "seq_len")
-_AREA_TARGETS = ("ecp5", "ice40", "xilinx")
 _LAYER_RE = re.compile(r"^[Cc](\d+)$")
 
 
@@ -560,7 +560,7 @@ def _parse_area(c: _Checker, raw: Any) -> AreaSpec | None:
     c.expect(isinstance(raw, dict), "area", "a mapping such as {target: ecp5}", raw)
     c.keys(raw, ("target", "estimator"), "area")
     target = raw.get("target")
-    c.expect(target in _AREA_TARGETS, "area.target", f"one of {', '.join(_AREA_TARGETS)}",
+    c.expect(target in SYNTH_TARGETS, "area.target", f"one of {', '.join(SYNTH_TARGETS)}",
              target)
     estimator = raw.get("estimator", AreaSpec.estimator)
     c.expect(isinstance(estimator, str) and re.fullmatch(r"[\w.]+:\w+", estimator) is not None,

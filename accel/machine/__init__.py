@@ -16,28 +16,15 @@
 - :mod:`~accel.machine.cache`: the on-disk cache folders every engine keys by what produced
   an entry.
 
-The compiler, the simulators and the RTL import from here and nowhere above.
+The compiler, the simulators and the RTL import from here and nowhere above. The names
+re-exported here load on first use (:mod:`~accel.machine.lazy`).
 """
 
-from accel.machine.config import ConfigError, HwConfig, load_config, shipped_configs
-from accel.machine.program import (
-    Program,
-    ProgramError,
-    ProgramFormatError,
-    Region,
-    SimulationDeadlock,
-    SimulationError,
-)
+from accel.machine.lazy import lazy_exports
 
-__all__ = [
-    "ConfigError",
-    "HwConfig",
-    "Program",
-    "ProgramError",
-    "ProgramFormatError",
-    "Region",
-    "SimulationDeadlock",
-    "SimulationError",
-    "load_config",
-    "shipped_configs",
-]
+# Loaded on first use: ``import accel.machine.config`` loads the config alone (no numpy).
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "accel.machine.config": ("ConfigError", "HwConfig", "load_config", "shipped_configs"),
+    "accel.machine.program": ("Program", "ProgramError", "ProgramFormatError", "Region",
+                              "SimulationDeadlock", "SimulationError"),
+})

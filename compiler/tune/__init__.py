@@ -14,37 +14,13 @@ simulators); :func:`runtime.tuning.SimMeasure` measures on the timing simulator.
 
 from __future__ import annotations
 
-from compiler.tune.log import TuningLog, TuningLogError, TuningRecord
-from compiler.tune.space import KnobSpace, conv2d_space, matmul_space
-from compiler.tune.task import Task, make_task
-from compiler.tune.tuners import (
-    TUNERS,
-    GATuner,
-    MeasureResult,
-    RandomTuner,
-    Trial,
-    Tuner,
-    TuneResult,
-    XGBTuner,
-    make_tuner,
-)
+from accel.machine.lazy import lazy_exports
 
-__all__ = [
-    "TUNERS",
-    "GATuner",
-    "KnobSpace",
-    "MeasureResult",
-    "RandomTuner",
-    "Task",
-    "Trial",
-    "TuneResult",
-    "Tuner",
-    "TuningLog",
-    "TuningLogError",
-    "TuningRecord",
-    "XGBTuner",
-    "conv2d_space",
-    "make_task",
-    "make_tuner",
-    "matmul_space",
-]
+# Loaded on first use: ``accel --help`` imports compiler.tune.names alone.
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "compiler.tune.log": ("TuningLog", "TuningLogError", "TuningRecord"),
+    "compiler.tune.space": ("KnobSpace", "conv2d_space", "matmul_space"),
+    "compiler.tune.task": ("Task", "make_task"),
+    "compiler.tune.tuners": ("TUNERS", "GATuner", "MeasureResult", "RandomTuner", "Trial",
+                             "TuneResult", "Tuner", "XGBTuner", "make_tuner"),
+})

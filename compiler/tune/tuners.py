@@ -39,6 +39,7 @@ from compiler.tune.explorer import anneal
 from compiler.tune.features import N_FEATURES
 from compiler.tune.log import TuningLog
 from compiler.tune.model import RankModel
+from compiler.tune.names import TUNER_NAMES
 from compiler.tune.space import Point
 from compiler.tune.task import Task
 
@@ -363,7 +364,8 @@ class XGBTuner(Tuner):
             self.model.fit(x[ok], cycles)
 
 
-TUNERS: dict[str, type[Tuner]] = {"xgb": XGBTuner, "random": RandomTuner, "ga": GATuner}
+TUNERS: dict[str, type[Tuner]] = dict(zip(TUNER_NAMES, (XGBTuner, RandomTuner, GATuner),
+                                           strict=True))
 
 
 def make_tuner(name: str, task: Task, seed: int = 0, **options: Any) -> Tuner:
