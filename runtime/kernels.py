@@ -1,7 +1,12 @@
-"""numpy int8 operator kernels: the CPU fallback and the semantic oracle (DESIGN.md §4).
+"""int8 operator kernels, written once for numpy and CuPy: the fallbacks and the semantic oracle
+(DESIGN.md §4).
 
+Every operator takes a keyword-only ``xp``, the array namespace of its array operands and of
+its result: ``numpy`` (the default: the CPU fallback and the oracle) or ``cupy`` (the GPU
+fallback; `runtime.kernels_gpu` calls these kernels with it). CuPy follows numpy's API, so the
+code is shared; the two things that differ are named in one place, the namespace section below.
 Every accelerator backend (functional sim, timing sim, RTL sim, GPU) must return arrays that are
-identical to the ones these kernels return. The semantics, in one place:
+identical to the ones these kernels return on numpy. The semantics, in one place:
 
 - activations are int8 NCHW, conv weights int8 OIHW, bias int32 per output channel;
 - conv2d / matmul accumulate in int32 with two's-complement wrap-around, add the bias (int32
@@ -10,11 +15,17 @@ identical to the ones these kernels return. The semantics, in one place:
 - pooling pads max-pool windows with -128 and avg-pool windows with 0 (count_include_pad);
   averages are floor divisions.
 
-The fast path is im2col (``sliding_window_view``, no Python loop over pixels, built in tiles of up
-to 16 MiB) followed by a float BLAS GEMM that is exact: float32 with the reduction split into
-chunks of at most `FLOAT32_CHUNK_K` products, whose sums (|sum| <= 1024 * 2**14 = 2**24) float32
-holds exactly, the chunk sums being accumulated in float64 (exact below 2**53); one float64 GEMM
-for problems too small to amortise chunking. The exact integer result is then wrapped to int32.
+The fast path is im2col (``sliding_window_view``, no Python loop over pixels, built in tiles)
+followed by a float BLAS GEMM that is exact. On numpy it is float32 with the reduction split
+into chunks of at most `FLOAT32_CHUNK_K` products, whose sums (|sum| <= 1024 * 2**14 = 2**24)
+float32 holds exactly, the chunk sums being accumulated in float64 (exact below 2**53); one
+float64 GEMM for problems too small to amortise chunking. On CuPy it is always one float64 GEMM
+(cuBLAS DGEMM): every partial sum of K products of at most 2**14 is an integer float64 holds
+exactly while K <= 2**39, whatever order, blocking or split-K the library picks. float32 is not
+used there because cuBLAS may run float32 GEMMs on TF32 tensor cores (CuPy does with
+``CUPY_TF32=1``, and other libraries in the process can change the default math mode), whose
+internal accumulation is not documented to be exact; TF32 applies to float32 only. The exact
+integer result is then wrapped to int32.
 """
 
 from __future__ import annotations
@@ -22,10 +33,10 @@ from __future__ import annotations
 import itertools
 import numbers
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any, TypeGuard
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 from numpy.typing import NDArray
 
 from compiler.graph import nn
@@ -76,13 +87,6 @@ __all__ = [
 #: (-128) * (-128) = 2**14 sum to at most 2**24, the largest range float32 holds exactly.
 FLOAT32_CHUNK_K = 1024
 
-#: Size in bytes of the float32 im2col matrix that conv2d builds per GEMM (a 3x3 conv's is 36x
-#: its int8 input). Tiling over images and output rows bounds the memory of large batches; tiles
-#: stay large because smaller ones were slower on ResNet-18 layers: more, smaller BLAS calls,
-#: and below 4 MiB numpy no longer asks for huge pages, so every call page-faults its
-#: temporaries in 4 KiB at a time (see benchmarks/kernels_conv2d.py).
-_CONV_TILE_BYTES = 16 * 2**20
-
 #: Largest reduction length for which one float64 GEMM is exact (K * 2**14 < 2**53).
 _FLOAT64_EXACT_K = 2**39 - 1
 
@@ -97,12 +101,31 @@ _MAX_SHIFT = 31
 Pair = int | tuple[int, int]
 
 
+# --------------------------------------------------------------------------- array namespaces
+# What differs between numpy and CuPy, and nothing else: the float type of the exact GEMM, and
+# how large an im2col tile may be. Everything else is numpy's API, which CuPy follows.
+
+#: Size in bytes of the im2col matrix that conv2d builds per GEMM, by namespace. On numpy (float32,
+#: a 3x3 conv's is 36x its int8 input) tiling over images and output rows bounds the memory of
+#: large batches; tiles stay large because smaller ones were slower on ResNet-18 layers: more,
+#: smaller BLAS calls, and below 4 MiB numpy no longer asks for huge pages, so every call
+#: page-faults its temporaries in 4 KiB at a time (see benchmarks/kernels_conv2d.py). On CuPy
+#: (float64) it bounds the device memory of large batches.
+_CONV_TILE_BYTES = {"numpy": 16 * 2**20, "cupy": 256 * 2**20}
+
+
+def _gemm_dtype(xp: ModuleType) -> type[np.floating[Any]]:
+    """The float type of the exact GEMMs: float32 (chunked) on numpy, float64 on CuPy, whose
+    float32 GEMMs may run on TF32 tensor cores (module docstring)."""
+    return np.float32 if xp is np else np.float64
+
+
 # --------------------------------------------------------------------------- validation helpers
 
 
-def _describe(value: object) -> str:
+def _describe(value: object, xp: ModuleType) -> str:
     """Say what a received value is, for error messages: dtype and shape, or type name."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, xp.ndarray):
         return f"{value.dtype} with shape {value.shape}"
     return f"{type(value).__name__}"
 
@@ -113,24 +136,28 @@ def is_int(value: object) -> TypeGuard[numbers.Integral]:
 
 
 def check_array(
-    op: str, name: str, value: object, dtype: type[np.generic], ndim: int | None, layout: str
+    op: str, name: str, value: object, dtype: type[np.generic], ndim: int | None, layout: str,
+    xp: ModuleType = np,
 ) -> NDArray:
-    """Check that ``value`` is a numpy array of ``dtype`` (TypeError) and ``ndim`` (ValueError)."""
+    """Check that ``value`` is an array of namespace ``xp`` of ``dtype`` (TypeError) and
+    ``ndim`` (ValueError)."""
     wanted = f"{np.dtype(dtype).name} {layout}".rstrip()
-    message = f"{op}: {name} must be {wanted}, got {_describe(value)}"
-    if not isinstance(value, np.ndarray) or value.dtype != dtype:
+    message = f"{op}: {name} must be {wanted}, got {_describe(value, xp)}"
+    if not isinstance(value, xp.ndarray) or value.dtype != dtype:
         raise TypeError(message)
     if ndim is not None and value.ndim != ndim:
         raise ValueError(message)
     return value
 
 
-def check_bias(op: str, bias: object, channels: int) -> NDArray[np.int32] | None:
+def check_bias(
+    op: str, bias: object, channels: int, xp: ModuleType = np
+) -> NDArray[np.int32] | None:
     """Check an optional int32 bias of shape ``(channels,)``."""
     if bias is None:
         return None
-    message = f"{op}: bias must be int32 of shape ({channels},), got {_describe(bias)}"
-    if not isinstance(bias, np.ndarray) or bias.dtype != np.int32:
+    message = f"{op}: bias must be int32 of shape ({channels},), got {_describe(bias, xp)}"
+    if not isinstance(bias, xp.ndarray) or bias.dtype != np.int32:
         raise TypeError(message)
     if bias.shape != (channels,):
         raise ValueError(message)
@@ -166,6 +193,7 @@ def check_pair(op: str, name: str, value: object, minimum: int) -> tuple[int, in
 
 
 def check_flag(op: str, name: str, value: object) -> bool:
+    """Check a flag: a Python or numpy bool."""
     if not isinstance(value, bool | np.bool_):
         raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
     return bool(value)
@@ -196,42 +224,51 @@ def _wrap_int32(exact: NDArray[np.int64]) -> NDArray[np.int32]:
     return exact.astype(np.uint32).view(np.int32)
 
 
-def _exact_gemm(a: NDArray[np.float32], b: NDArray[np.float32]) -> NDArray[np.int32]:
+def _exact_gemm(a: NDArray[np.floating], b: NDArray[np.floating], xp: ModuleType
+                ) -> NDArray[np.int32]:
     """Integer GEMM of int8-valued float matrices through float BLAS, wrapped to int32.
 
-    One float32 GEMM when K <= `FLOAT32_CHUNK_K`; else float32 GEMMs over K chunks of at most
+    float64 operands (CuPy's, see `_gemm_dtype`): one float64 GEMM. float32 operands: one
+    float32 GEMM when K <= `FLOAT32_CHUNK_K`; else float32 GEMMs over K chunks of at most
     `FLOAT32_CHUNK_K` summed in float64, or, for tiny problems, one float64 GEMM. Every path
     computes the exact integer sum (no BLAS summation order can round it).
 
     Parameters
     ----------
-    a : ndarray, shape (M, K), float32
+    a : ndarray, shape (M, K), float32 or float64
         Holds int8 values only.
-    b : ndarray, shape (K, N), float32
+    b : ndarray, shape (K, N), the dtype of ``a``
         Holds int8 values only.
+    xp : module
+        The namespace of ``a`` and ``b``.
 
     Returns
     -------
     ndarray, shape (M, N), int32
         ``sum_k a[m, k] * b[k, n]`` with int32 wrap-around.
     """
-    k = a.shape[1]
-    if k <= FLOAT32_CHUNK_K:
-        # |sum| <= 2**24: the float32 result is exact and fits int32 without wrapping.
-        return np.matmul(a, b).astype(np.int32)
+    m, k = a.shape
+    n = b.shape[1]
     # Chunk sums are exact integers and their float64 sum stays exact while K < 2**39, which no
     # array that fits in memory reaches.
     assert k <= _FLOAT64_EXACT_K
-    if a.shape[0] * b.shape[1] * k < _FLOAT64_MAX_MACS:
-        total = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if 0 in (m, k, n):  # cuBLAS is not asked for empty products
+        return xp.zeros((m, n), dtype=np.int32)
+    if a.dtype == np.float64:
+        return _wrap_int32(xp.matmul(a, b).astype(np.int64))
+    if k <= FLOAT32_CHUNK_K:
+        # |sum| <= 2**24: the float32 result is exact and fits int32 without wrapping.
+        return xp.matmul(a, b).astype(np.int32)
+    if m * n * k < _FLOAT64_MAX_MACS:
+        total = xp.matmul(a.astype(np.float64), b.astype(np.float64))
         return _wrap_int32(total.astype(np.int64))
     # Equal-sized chunks keep every GEMM about as deep, so none of them is a thin leftover.
     n_chunks = -(-k // FLOAT32_CHUNK_K)
     bounds = [i * k // n_chunks for i in range(n_chunks + 1)]  # steps <= ceil(k / n_chunks)
-    total = np.zeros((a.shape[0], b.shape[1]), dtype=np.float64)
-    chunk = np.empty((a.shape[0], b.shape[1]), dtype=np.float32)
+    total = xp.zeros((m, n), dtype=np.float64)
+    chunk = xp.empty((m, n), dtype=np.float32)
     for lo, hi in itertools.pairwise(bounds):
-        np.matmul(a[:, lo:hi], b[lo:hi], out=chunk)
+        xp.matmul(a[:, lo:hi], b[lo:hi], out=chunk)
         total += chunk
     return _wrap_int32(total.astype(np.int64))
 
@@ -245,6 +282,8 @@ def requantize(
     relu: bool = False,
     bias: NDArray[np.int32] | None = None,
     axis: int = 1,
+    *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """Requantize an int32 accumulator to int8: the shared tail of conv2d, matmul and add.
 
@@ -276,18 +315,18 @@ def requantize(
         ``shift`` outside 0..31, ``axis`` out of range, bias length differs from the axis.
     """
     op = "requantize"
-    acc = check_array(op, "acc", acc, np.int32, None, "array")
+    acc = check_array(op, "acc", acc, np.int32, None, "array", xp)
     shift = check_shift(op, shift)
     relu = check_flag(op, "relu", relu)
     if bias is None:
-        return _requantize(acc, shift, relu, None, 0, scratch=False)
+        return _requantize(acc, shift, relu, None, 0, False, xp)
     if not is_int(axis) or not -acc.ndim <= axis < acc.ndim:
         raise ValueError(
             f"{op}: axis must be an int in {-acc.ndim}..{acc.ndim - 1} for an acc of shape "
             f"{acc.shape}, got {axis!r}"
         )
-    bias = check_bias(op, bias, acc.shape[axis])
-    return _requantize(acc, shift, relu, bias, int(axis), scratch=False)
+    bias = check_bias(op, bias, acc.shape[axis], xp)
+    return _requantize(acc, shift, relu, bias, int(axis), False, xp)
 
 
 def _requantize(
@@ -297,25 +336,29 @@ def _requantize(
     bias: NDArray[np.int32] | None,
     axis: int,
     scratch: bool,
+    xp: ModuleType,
 ) -> NDArray[np.int8]:
     """The requantize semantics on checked operands; overwrites ``acc`` if ``scratch``."""
     out = acc
     if bias is not None:
         shape = [1] * acc.ndim
         shape[axis] = acc.shape[axis]
-        # int32 array + int32 array wraps around in numpy, as the accumulator does in hardware.
-        out = np.add(out, bias.reshape(shape), out=out if scratch else None)
+        # The int32 wrap-around add, on the bits as uint32: unsigned addition is modular in
+        # numpy and in CUDA alike (signed overflow is undefined in C).
+        bits = out.view(np.uint32)
+        total = xp.add(bits, bias.view(np.uint32).reshape(shape), out=bits if scratch else None)
+        out = total.view(np.int32)
         scratch = True
     if shift:
-        out = np.right_shift(out, shift, out=out if scratch else None)  # arithmetic for int32
+        out = xp.right_shift(out, shift, out=out if scratch else None)  # arithmetic for int32
     # ReLU then clip to [-128, 127] is one clip to [0, 127].
     low = 0 if relu else _INT8_MIN
-    result = np.empty(out.shape, dtype=np.int8)
-    np.clip(out, low, _INT8_MAX, out=result, casting="unsafe")  # in range after the clip
+    result = xp.empty(out.shape, dtype=np.int8)
+    xp.clip(out, low, _INT8_MAX, out=result)  # int32 to int8 in range after the clip
     return result
 
 
-def relu(x: NDArray[np.int8]) -> NDArray[np.int8]:
+def relu(x: NDArray[np.int8], *, xp: ModuleType = np) -> NDArray[np.int8]:
     """ReLU on int8: ``max(x, 0)``, any shape.
 
     Raises
@@ -323,34 +366,28 @@ def relu(x: NDArray[np.int8]) -> NDArray[np.int8]:
     TypeError
         ``x`` is not an int8 array.
     """
-    x = check_array("relu", "x", x, np.int8, None, "array")
-    return np.maximum(x, np.int8(0))
+    x = check_array("relu", "x", x, np.int8, None, "array", xp)
+    return xp.maximum(x, np.int8(0))
 
 
 # --------------------------------------------------------------------------- conv2d
 
 
-def _conv_windows(
-    x: NDArray[np.int8], kernel: tuple[int, int], stride: tuple[int, int],
-    padding: tuple[int, int], out_hw: tuple[int, int],
-) -> NDArray[np.float32]:
-    """Sliding-window view of the zero-padded float32 input, shape (N, C, OH, OW, KH, KW)."""
-    xf = x.astype(np.float32)
-    if padding != (0, 0):
-        pads = ((0, 0), (0, 0), (padding[0], padding[0]), (padding[1], padding[1]))
-        xf = np.pad(xf, pads)
-    windows = sliding_window_view(xf, kernel, axis=(2, 3))  # (N, C, H', W', KH, KW)
+def _windows(x: NDArray[Any], kernel: tuple[int, int], stride: tuple[int, int],
+             out_hw: tuple[int, int], xp: ModuleType) -> NDArray[Any]:
+    """The (N, C, OH, OW, KH, KW) sliding-window view of an (already padded) NCHW array."""
+    windows = xp.lib.stride_tricks.sliding_window_view(x, kernel, axis=(2, 3))
     return windows[:, :, :: stride[0], :: stride[1]][:, :, : out_hw[0], : out_hw[1]]
 
 
 def _conv2d_acc_tiles(
     x: NDArray[np.int8], w: NDArray[np.int8], stride: tuple[int, int],
-    padding: tuple[int, int], out_hw: tuple[int, int],
+    padding: tuple[int, int], out_hw: tuple[int, int], xp: ModuleType,
 ) -> Iterator[tuple[slice, slice, NDArray[np.int32]]]:
     """The conv2d accumulator, one tile of images x output rows at a time.
 
-    Each tile is one im2col matrix of at most about `_CONV_TILE_BYTES` (or one output row of
-    one image, if that is larger) and one exact GEMM.
+    Each tile is one im2col matrix (of the `_gemm_dtype`) of at most about `_CONV_TILE_BYTES`
+    (or one output row of one image, if that is larger) and one exact GEMM.
 
     Yields
     ------
@@ -365,13 +402,19 @@ def _conv2d_acc_tiles(
     oc, _, kh, kw = w.shape
     oh, ow = out_hw
     reduction = w.shape[1] * kh * kw
-    windows = _conv_windows(x, (kh, kw), stride, padding, out_hw)
-    weights = w.reshape(oc, reduction).astype(np.float32)
-    image_bytes = max(1, reduction * oh * ow * 4)
-    if image_bytes <= _CONV_TILE_BYTES:
-        n_step, row_step = max(1, _CONV_TILE_BYTES // image_bytes), oh
+    dtype = _gemm_dtype(xp)
+    xf = x.astype(dtype)
+    if padding != (0, 0):
+        xf = xp.pad(xf, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2))
+    windows = _windows(xf, (kh, kw), stride, out_hw, xp)
+    weights = w.reshape(oc, reduction).astype(dtype)
+    tile_bytes = _CONV_TILE_BYTES[xp.__name__]
+    item = np.dtype(dtype).itemsize
+    image_bytes = max(1, reduction * oh * ow * item)
+    if image_bytes <= tile_bytes:
+        n_step, row_step = max(1, tile_bytes // image_bytes), oh
     else:
-        n_step, row_step = 1, max(1, _CONV_TILE_BYTES // max(1, reduction * ow * 4))
+        n_step, row_step = 1, max(1, tile_bytes // max(1, reduction * ow * item))
     for n0 in range(0, n, n_step):
         images = slice(n0, min(n, n0 + n_step))
         for r0 in range(0, oh, row_step):
@@ -380,16 +423,16 @@ def _conv2d_acc_tiles(
             n_t, r_t = tile.shape[0], tile.shape[2]
             # Rows ordered (c, kh, kw) like w flattened per output channel; columns (n, oh, ow).
             cols = tile.transpose(1, 4, 5, 0, 2, 3).reshape(reduction, n_t * r_t * ow)
-            acc = _exact_gemm(weights, cols)  # (OC, n_t * r_t * OW)
+            acc = _exact_gemm(weights, cols, xp)  # (OC, n_t * r_t * OW)
             yield images, rows, acc.reshape(oc, n_t, r_t, ow)
 
 
 def _check_conv(
-    op: str, x: object, w: object, stride: object, padding: object
+    op: str, x: object, w: object, stride: object, padding: object, xp: ModuleType
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], tuple[int, int], tuple[int, int], tuple[int, int]]:
     """Validate conv2d operands; return x, w, stride, padding and output (OH, OW)."""
-    x = check_array(op, "x", x, np.int8, 4, "NCHW")
-    w = check_array(op, "w", w, np.int8, 4, "OIHW")
+    x = check_array(op, "x", x, np.int8, 4, "NCHW", xp)
+    w = check_array(op, "w", w, np.int8, 4, "OIHW", xp)
     if w.shape[1] != x.shape[1]:
         raise ValueError(
             f"{op}: w must have {x.shape[1]} input channels to match x of shape {x.shape}, "
@@ -405,7 +448,8 @@ def _check_conv(
 
 
 def conv2d_acc(
-    x: NDArray[np.int8], w: NDArray[np.int8], stride: Pair = 1, padding: Pair = 0
+    x: NDArray[np.int8], w: NDArray[np.int8], stride: Pair = 1, padding: Pair = 0, *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int32]:
     """Raw int32 accumulator of a 2-D convolution (cross-correlation, zero padding).
 
@@ -436,9 +480,9 @@ def conv2d_acc(
         Wrong ndim, channel mismatch, empty kernel, stride < 1, padding < 0, kernel larger than
         the padded input.
     """
-    x, w, stride_hw, padding_hw, out_hw = _check_conv("conv2d_acc", x, w, stride, padding)
-    out = np.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int32)
-    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw):
+    x, w, stride_hw, padding_hw, out_hw = _check_conv("conv2d_acc", x, w, stride, padding, xp)
+    out = xp.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int32)
+    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw, xp):
         out[images, :, rows] = acc.transpose(1, 0, 2, 3)
     return out
 
@@ -451,6 +495,8 @@ def conv2d(
     padding: Pair = 0,
     shift: int = 0,
     relu: bool = False,
+    *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """Quantized 2-D convolution: `conv2d_acc`, then `requantize` (bias, shift, ReLU, clip).
 
@@ -484,14 +530,14 @@ def conv2d(
         bias of the wrong length, shift outside 0..31.
     """
     op = "conv2d"
-    x, w, stride_hw, padding_hw, out_hw = _check_conv(op, x, w, stride, padding)
-    bias = check_bias(op, bias, w.shape[0])
+    x, w, stride_hw, padding_hw, out_hw = _check_conv(op, x, w, stride, padding, xp)
+    bias = check_bias(op, bias, w.shape[0], xp)
     shift = check_shift(op, shift)
     relu = check_flag(op, "relu", relu)
-    out = np.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int8)
-    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw):
+    out = xp.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int8)
+    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw, xp):
         # Requantize before going to NCHW: the transpose then moves int8 instead of int32.
-        tile = _requantize(acc, shift, relu, bias, axis=0, scratch=True)
+        tile = _requantize(acc, shift, relu, bias, 0, True, xp)
         out[images, :, rows] = tile.transpose(1, 0, 2, 3)
     return out
 
@@ -499,10 +545,12 @@ def conv2d(
 # --------------------------------------------------------------------------- matmul / dense
 
 
-def check_matmul(op: str, a: object, b: object, b_name: str) -> tuple[NDArray, NDArray]:
-    a = check_array(op, "a" if b_name == "b" else "x", a, np.int8, 2, "(M, K)")
+def check_matmul(op: str, a: object, b: object, b_name: str, xp: ModuleType = np
+                 ) -> tuple[NDArray, NDArray]:
+    """Check int8 matrix operands: ``a`` (M, K) and ``b`` (K, N), or (N, K) named ``w``."""
+    a = check_array(op, "a" if b_name == "b" else "x", a, np.int8, 2, "(M, K)", xp)
     layout = "(K, N)" if b_name == "b" else "(N, K)"
-    b = check_array(op, b_name, b, np.int8, 2, layout)
+    b = check_array(op, b_name, b, np.int8, 2, layout, xp)
     k_axis = 0 if b_name == "b" else 1
     if b.shape[k_axis] != a.shape[1]:
         raise ValueError(
@@ -512,7 +560,8 @@ def check_matmul(op: str, a: object, b: object, b_name: str) -> tuple[NDArray, N
     return a, b
 
 
-def matmul_acc(a: NDArray[np.int8], b: NDArray[np.int8]) -> NDArray[np.int32]:
+def matmul_acc(a: NDArray[np.int8], b: NDArray[np.int8], *, xp: ModuleType = np
+               ) -> NDArray[np.int32]:
     """Raw int32 accumulator of an int8 matrix product, with int32 wrap-around.
 
     Parameters
@@ -531,19 +580,25 @@ def matmul_acc(a: NDArray[np.int8], b: NDArray[np.int8]) -> NDArray[np.int32]:
     ValueError
         Not 2-D, or the inner dimensions differ.
     """
-    a, b = check_matmul("matmul_acc", a, b, "b")
-    return _exact_gemm(a.astype(np.float32), b.astype(np.float32))
+    a, b = check_matmul("matmul_acc", a, b, "b", xp)
+    return _matmul_acc(a, b, xp)
+
+
+def _matmul_acc(a: NDArray[np.int8], b: NDArray[np.int8], xp: ModuleType) -> NDArray[np.int32]:
+    """The exact wrapped accumulator of checked int8 matrices."""
+    dtype = _gemm_dtype(xp)
+    return _exact_gemm(a.astype(dtype), b.astype(dtype), xp)
 
 
 def _matmul_requant(
     op: str, a: NDArray[np.int8], b: NDArray[np.int8], bias: object, shift: object,
-    relu: object,
+    relu: object, xp: ModuleType,
 ) -> NDArray[np.int8]:
-    bias = check_bias(op, bias, b.shape[1])
+    """Check the epilogue's arguments; ``a @ b`` requantized (bias per column of ``b``)."""
+    bias = check_bias(op, bias, b.shape[1], xp)
     shift = check_shift(op, shift)
     relu = check_flag(op, "relu", relu)
-    acc = _exact_gemm(a.astype(np.float32), b.astype(np.float32))
-    return _requantize(acc, shift, relu, bias, axis=1, scratch=True)
+    return _requantize(_matmul_acc(a, b, xp), shift, relu, bias, 1, True, xp)
 
 
 def matmul(
@@ -552,6 +607,8 @@ def matmul(
     bias: NDArray[np.int32] | None = None,
     shift: int = 0,
     relu: bool = False,
+    *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """Quantized matrix product: `matmul_acc`, then `requantize` (bias, shift, ReLU, clip).
 
@@ -577,8 +634,8 @@ def matmul(
     ValueError
         Not 2-D, inner dimensions differ, bias of the wrong length, shift outside 0..31.
     """
-    a, b = check_matmul("matmul", a, b, "b")
-    return _matmul_requant("matmul", a, b, bias, shift, relu)
+    a, b = check_matmul("matmul", a, b, "b", xp)
+    return _matmul_requant("matmul", a, b, bias, shift, relu, xp)
 
 
 def dense(
@@ -587,6 +644,8 @@ def dense(
     bias: NDArray[np.int32] | None = None,
     shift: int = 0,
     relu: bool = False,
+    *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """Fully connected layer with OI weights: ``matmul(x, w.T, bias, shift, relu)``.
 
@@ -611,18 +670,19 @@ def dense(
     TypeError, ValueError
         As `matmul`, with ``w``'s K on its second axis.
     """
-    x, w = check_matmul("dense", x, w, "w")
-    return _matmul_requant("dense", x, w.T, bias, shift, relu)
+    x, w = check_matmul("dense", x, w, "w", xp)
+    return _matmul_requant("dense", x, w.T, bias, shift, relu, xp)
 
 
 # --------------------------------------------------------------------------- pooling
 
 
 def pool_windows(
-    op: str, x: object, kernel: object, stride: object, padding: object, pad_value: int
+    op: str, x: object, kernel: object, stride: object, padding: object, pad_value: int,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """Validate pooling operands; return the (N, C, OH, OW, KH, KW) window view of padded x."""
-    x = check_array(op, "x", x, np.int8, 4, "NCHW")
+    x = check_array(op, "x", x, np.int8, 4, "NCHW", xp)
     kernel_hw = check_pair(op, "kernel", kernel, 1)
     stride_hw = kernel_hw if stride is None else check_pair(op, "stride", stride, 1)
     padding_hw = check_pair(op, "padding", padding, 0)
@@ -633,13 +693,13 @@ def pool_windows(
     out_hw = _output_size(op, (x.shape[2], x.shape[3]), kernel_hw, stride_hw, padding_hw)
     if padding_hw != (0, 0):
         pads = ((0, 0), (0, 0), (padding_hw[0],) * 2, (padding_hw[1],) * 2)
-        x = np.pad(x, pads, constant_values=np.int8(pad_value))
-    windows = sliding_window_view(x, kernel_hw, axis=(2, 3))
-    return windows[:, :, :: stride_hw[0], :: stride_hw[1]][:, :, : out_hw[0], : out_hw[1]]
+        x = xp.pad(x, pads, constant_values=np.int8(pad_value))
+    return _windows(x, kernel_hw, stride_hw, out_hw, xp)
 
 
 def max_pool2d(
-    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0
+    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0, *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """2-D max pooling; padding cells hold -128, so they never beat a real value.
 
@@ -666,43 +726,28 @@ def max_pool2d(
         Wrong ndim, kernel or stride < 1, padding < 0 or >= kernel, kernel larger than the
         padded input.
     """
-    windows = pool_windows("max_pool2d", x, kernel, stride, padding, _INT8_MIN)
+    windows = pool_windows("max_pool2d", x, kernel, stride, padding, _INT8_MIN, xp)
     return windows.max(axis=(4, 5))
 
 
 def avg_pool2d(
-    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0
+    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0, *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """2-D average pooling: floor(window sum / (KH*KW)), zero padding counted (count_include_pad).
 
-    Parameters
-    ----------
-    x : ndarray, shape (N, C, H, W), int8
-    kernel : int or (int, int)
-        Window (KH, KW), >= 1.
-    stride : int or (int, int), optional
-        Window step, >= 1; defaults to ``kernel``.
-    padding : int or (int, int)
-        Zero padding on both sides, >= 0 and smaller than the kernel.
-
-    Returns
-    -------
-    ndarray, shape (N, C, OH, OW), int8
-        Always in range: an average of int8 values is an int8 value.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As `max_pool2d`.
+    Takes the arguments of `max_pool2d` (``padding`` is zero padding here) and raises as it
+    does. The result, shape (N, C, OH, OW), int8, is always in range: an average of int8 values
+    is an int8 value.
     """
-    windows = pool_windows("avg_pool2d", x, kernel, stride, padding, 0)
+    windows = pool_windows("avg_pool2d", x, kernel, stride, padding, 0, xp)
     kh, kw = windows.shape[4:]
     # int64 keeps the window sum exact for any window size (int32 would do below 2**24 cells).
     sums = windows.sum(axis=(4, 5), dtype=np.int64)
     return (sums // (kh * kw)).astype(np.int8)
 
 
-def global_avg_pool(x: NDArray[np.int8]) -> NDArray[np.int8]:
+def global_avg_pool(x: NDArray[np.int8], *, xp: ModuleType = np) -> NDArray[np.int8]:
     """Global average pooling: floor(sum over H, W / (H*W)) per image and channel.
 
     Parameters
@@ -722,7 +767,7 @@ def global_avg_pool(x: NDArray[np.int8]) -> NDArray[np.int8]:
         ``x`` is not 4-D, or has an empty spatial extent.
     """
     op = "global_avg_pool"
-    x = check_array(op, "x", x, np.int8, 4, "NCHW")
+    x = check_array(op, "x", x, np.int8, 4, "NCHW", xp)
     if x.shape[2] < 1 or x.shape[3] < 1:
         raise ValueError(f"{op}: x must have H, W >= 1, got shape {x.shape}")
     sums = x.sum(axis=(2, 3), keepdims=True, dtype=np.int64)
@@ -733,7 +778,8 @@ def global_avg_pool(x: NDArray[np.int8]) -> NDArray[np.int8]:
 
 
 def add(
-    a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0, relu: bool = False
+    a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0, relu: bool = False, *,
+    xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """Residual add with requantization: ``clip(relu?((a + b) >> shift))`` computed in int32.
 
@@ -756,21 +802,28 @@ def add(
     ValueError
         Shapes differ, or shift outside 0..31.
     """
-    op = "add"
-    a = check_array(op, "a", a, np.int8, None, "array")
-    b = check_array(op, "b", b, np.int8, None, "array")
+    a, b, shift, relu = _check_add("add", a, b, None, shift, relu, xp)
+    acc = a.astype(np.int32) + b.astype(np.int32)
+    return _requantize(acc, shift, relu, None, 0, True, xp)
+
+
+def _check_add(
+    op: str, a: object, b: object, ndim: int | None, shift: object, relu: object,
+    xp: ModuleType,
+) -> tuple[NDArray[np.int8], NDArray[np.int8], int, bool]:
+    """Check two int8 arrays of one shape (of rank ``ndim``, if given), shift and relu."""
+    layout = "array" if ndim is None else "NCHW"
+    a = check_array(op, "a", a, np.int8, ndim, layout, xp)
+    b = check_array(op, "b", b, np.int8, ndim, layout, xp)
     if a.shape != b.shape:
         raise ValueError(f"{op}: b must have a's shape {a.shape}, got shape {b.shape}")
-    shift = check_shift(op, shift)
-    relu = check_flag(op, "relu", relu)
-    acc = a.astype(np.int32) + b.astype(np.int32)
-    return _requantize(acc, shift, relu, None, axis=0, scratch=True)
+    return a, b, check_shift(op, shift), check_flag(op, "relu", relu)
 
 
 # --------------------------------------------------------------------------- argument checks
 def check_conv2d_args(
     op: str, x: object, w: object, bias: object, stride: object, padding: object,
-    shift: object, relu: object,
+    shift: object, relu: object, xp: ModuleType = np,
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], NDArray[np.int32] | None, tuple[int, int],
            tuple[int, int], int, bool]:
     """Validate conv2d arguments exactly as `conv2d` does (same messages, prefixed ``op``).
@@ -778,38 +831,35 @@ def check_conv2d_args(
     Returns x, w, bias, (sh, sw), (ph, pw), shift, relu. Backends call this so that every
     entry point rejects bad input with one wording.
     """
-    x, w, stride_hw, padding_hw, _ = _check_conv(op, x, w, stride, padding)
-    return (x, w, check_bias(op, bias, w.shape[0]), stride_hw, padding_hw,
+    x, w, stride_hw, padding_hw, _ = _check_conv(op, x, w, stride, padding, xp)
+    return (x, w, check_bias(op, bias, w.shape[0], xp), stride_hw, padding_hw,
             check_shift(op, shift), check_flag(op, "relu", relu))
 
 
 def check_add_args(
-    op: str, a: object, b: object, shift: object, relu: object,
+    op: str, a: object, b: object, shift: object, relu: object, xp: ModuleType = np,
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], int, bool]:
     """Validate residual-add arguments (two int8 NCHW arrays of one shape, shift, relu)."""
-    a = check_array(op, "a", a, np.int8, 4, "NCHW")
-    b = check_array(op, "b", b, np.int8, 4, "NCHW")
-    if a.shape != b.shape:
-        raise ValueError(f"{op}: b must have a's shape {a.shape}, got shape {b.shape}")
-    return a, b, check_shift(op, shift), check_flag(op, "relu", relu)
+    return _check_add(op, a, b, 4, shift, relu, xp)
 
 
 def check_matmul_args(
     op: str, a: object, b: object, bias: object, shift: object, relu: object,
+    xp: ModuleType = np,
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], NDArray[np.int32] | None, int, bool]:
     """Validate matmul arguments exactly as `matmul` does; returns a, b, bias, shift, relu."""
-    a, b = check_matmul(op, a, b, "b")
-    return (a, b, check_bias(op, bias, b.shape[1]), check_shift(op, shift),
+    a, b = check_matmul(op, a, b, "b", xp)
+    return (a, b, check_bias(op, bias, b.shape[1], xp), check_shift(op, shift),
             check_flag(op, "relu", relu))
 
 
 # --------------------------------------------------------------------------- transformers
 # The float operators and the data movement are defined once, for numpy and CuPy alike, in
-# compiler.graph.nn (float64 inside, float32 out); these are their numpy fallbacks.
+# compiler.graph.nn (float64 inside, float32 out); these call them with the kernels' ``xp``.
 
 
 def batch_matmul(a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0,
-                 relu: bool = False) -> NDArray[np.int8]:
+                 relu: bool = False, *, xp: ModuleType = np) -> NDArray[np.int8]:
     """Per group: ``clip(relu?((a @ b) >> shift))`` with int32 accumulation (wrap-around).
 
     Parameters
@@ -828,78 +878,90 @@ def batch_matmul(a: NDArray[np.int8], b: NDArray[np.int8], shift: int = 0,
     TypeError, ValueError
         Not int8, shapes that do not multiply, shift outside 0..31.
     """
-    a, b, shift, relu = check_batch_matmul_args("batch_matmul", a, b, shift, relu)
+    a, b, shift, relu = check_batch_matmul_args("batch_matmul", a, b, shift, relu, xp)
     # float64 holds every partial sum of int8 products exactly below 2**39 of them.
-    exact = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
+    exact = xp.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.int64)
     acc = _wrap_int32(exact).astype(np.int64) >> shift
-    return np.clip(acc, 0 if relu else _INT8_MIN, _INT8_MAX).astype(np.int8)
+    return xp.clip(acc, 0 if relu else _INT8_MIN, _INT8_MAX).astype(np.int8)
 
 
-def check_batch_matmul_args(op: str, a: object, b: object, shift: object, relu: object
+def check_batch_matmul_args(op: str, a: object, b: object, shift: object, relu: object,
+                            xp: ModuleType = np
                             ) -> tuple[NDArray[np.int8], NDArray[np.int8], int, bool]:
     """Validate `batch_matmul`'s operands (TypeError / ValueError naming what was wrong)."""
-    a = check_array(op, "a", a, np.int8, None, "(..., M, K)")
-    b = check_array(op, "b", b, np.int8, None, "(..., K, N)")
+    a = check_array(op, "a", a, np.int8, None, "(..., M, K)", xp)
+    b = check_array(op, "b", b, np.int8, None, "(..., K, N)", xp)
     if a.ndim < 2 or a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[-2]:
         raise ValueError(f"{op}: a {a.shape} and b {b.shape} do not multiply (same leading "
                          "axes, (..., M, K) @ (..., K, N))")
     return a, b, check_shift(op, shift), check_flag(op, "relu", relu)
 
 
-def softmax(x: NDArray[np.float32], axis: int = -1) -> NDArray[np.float32]:
+def softmax(x: NDArray[np.float32], axis: int = -1, *, xp: ModuleType = np
+            ) -> NDArray[np.float32]:
     """Softmax along ``axis`` (:func:`compiler.graph.nn.softmax`)."""
-    return nn.softmax(x, axis)  # type: ignore[no-any-return]
+    return nn.softmax(x, axis, xp=xp)  # type: ignore[no-any-return]
 
 
 def layer_norm(x: NDArray[np.float32], gamma: NDArray[np.float32], beta: NDArray[np.float32],
-               epsilon: float = 1e-5) -> NDArray[np.float32]:
+               epsilon: float = 1e-5, *, xp: ModuleType = np) -> NDArray[np.float32]:
     """Layer normalisation over the last axis (:func:`compiler.graph.nn.layer_norm`)."""
-    return nn.layer_norm(x, gamma, beta, epsilon)  # type: ignore[no-any-return]
+    return nn.layer_norm(x, gamma, beta, epsilon, xp=xp)  # type: ignore[no-any-return]
 
 
-def gelu(x: NDArray[np.float32], form: str = "erf") -> NDArray[np.float32]:
+def gelu(x: NDArray[np.float32], form: str = "erf", *, xp: ModuleType = np
+         ) -> NDArray[np.float32]:
     """GELU, ``erf`` or ``tanh`` form (:func:`compiler.graph.nn.gelu`)."""
-    return nn.gelu(x, form)  # type: ignore[no-any-return]
+    return nn.gelu(x, form, xp=xp)  # type: ignore[no-any-return]
 
 
-def elementwise(op: str, *args: NDArray[Any]) -> NDArray[np.float32]:
+def elementwise(op: str, *args: NDArray[Any], xp: ModuleType = np) -> NDArray[np.float32]:
     """A float elementwise operator with broadcasting (:func:`compiler.graph.nn.elementwise`)."""
-    return nn.elementwise(op, args)  # type: ignore[no-any-return]
+    return nn.elementwise(op, args, xp=xp)  # type: ignore[no-any-return]
 
 
-def where(cond: NDArray[Any], x: NDArray[Any], y: NDArray[Any]) -> NDArray[np.float32]:
+def where(cond: NDArray[Any], x: NDArray[Any], y: NDArray[Any], *, xp: ModuleType = np
+          ) -> NDArray[np.float32]:
     """``x`` where ``cond`` else ``y`` (:func:`compiler.graph.nn.where`)."""
-    return nn.where(cond, x, y)  # type: ignore[no-any-return]
+    return nn.where(cond, x, y, xp=xp)  # type: ignore[no-any-return]
 
 
-def reduce(op: str, x: NDArray[Any], axes: Sequence[int], keepdims: bool = True
-           ) -> NDArray[np.float32]:
+def reduce(op: str, x: NDArray[Any], axes: Sequence[int], keepdims: bool = True, *,
+           xp: ModuleType = np) -> NDArray[np.float32]:
     """A float reduction (:func:`compiler.graph.nn.reduce`)."""
-    return nn.reduce(op, x, axes, keepdims)  # type: ignore[no-any-return]
+    return nn.reduce(op, x, axes, keepdims, xp=xp)  # type: ignore[no-any-return]
 
 
-def transpose(x: NDArray[Any], perm: Sequence[int]) -> NDArray[Any]:
-    return nn.transpose(x, perm)  # type: ignore[no-any-return]
+def transpose(x: NDArray[Any], perm: Sequence[int], *, xp: ModuleType = np) -> NDArray[Any]:
+    """Axes permuted (:func:`compiler.graph.nn.transpose`)."""
+    return nn.transpose(x, perm, xp=xp)  # type: ignore[no-any-return]
 
 
-def reshape(x: NDArray[Any], shape: Sequence[int]) -> NDArray[Any]:
-    return nn.reshape(x, shape)  # type: ignore[no-any-return]
+def reshape(x: NDArray[Any], shape: Sequence[int], *, xp: ModuleType = np) -> NDArray[Any]:
+    """Reshaped in C order (:func:`compiler.graph.nn.reshape`)."""
+    return nn.reshape(x, shape, xp=xp)  # type: ignore[no-any-return]
 
 
-def take(x: NDArray[Any], indices: NDArray[Any], axis: int) -> NDArray[Any]:
-    return nn.take(x, indices, axis)  # type: ignore[no-any-return]
+def take(x: NDArray[Any], indices: NDArray[Any], axis: int, *, xp: ModuleType = np
+         ) -> NDArray[Any]:
+    """Entries gathered along ``axis`` (:func:`compiler.graph.nn.take`)."""
+    return nn.take(x, indices, axis, xp=xp)  # type: ignore[no-any-return]
 
 
-def slice_axis(x: NDArray[Any], axis: int, start: int, stop: int, step: int = 1) -> NDArray[Any]:
-    return nn.slice_axis(x, axis, start, stop, step)  # type: ignore[no-any-return]
+def slice_axis(x: NDArray[Any], axis: int, start: int, stop: int, step: int = 1, *,
+               xp: ModuleType = np) -> NDArray[Any]:
+    """``start:stop:step`` along ``axis`` (:func:`compiler.graph.nn.slice_axis`)."""
+    return nn.slice_axis(x, axis, start, stop, step, xp=xp)  # type: ignore[no-any-return]
 
 
-def concat(xs: Sequence[NDArray[Any]], axis: int) -> NDArray[Any]:
-    return nn.concat(xs, axis)  # type: ignore[no-any-return]
+def concat(xs: Sequence[NDArray[Any]], axis: int, *, xp: ModuleType = np) -> NDArray[Any]:
+    """Arrays joined along ``axis`` (:func:`compiler.graph.nn.concat`)."""
+    return nn.concat(xs, axis, xp=xp)  # type: ignore[no-any-return]
 
 
-def embedding(ids: NDArray[Any], table: NDArray[Any]) -> NDArray[Any]:
-    return nn.embedding(ids, table)  # type: ignore[no-any-return]
+def embedding(ids: NDArray[Any], table: NDArray[Any], *, xp: ModuleType = np) -> NDArray[Any]:
+    """Rows of ``table`` by id (:func:`compiler.graph.nn.embedding`)."""
+    return nn.embedding(ids, table, xp=xp)  # type: ignore[no-any-return]
 
 
 def check_fold_window_args(kernel: object, stride: object, padding: object
@@ -910,7 +972,8 @@ def check_fold_window_args(kernel: object, stride: object, padding: object
             check_pair("fold_window", "padding", padding, 0))
 
 
-def fold_window(x: NDArray[Any], kernel: Pair, stride: Pair = 1, padding: Pair = 0) -> NDArray[Any]:
+def fold_window(x: NDArray[Any], kernel: Pair, stride: Pair = 1, padding: Pair = 0, *,
+                xp: ModuleType = np) -> NDArray[Any]:
     """Each window of the zero-padded NCHW image gathered into channels, (N, C, H, W) ->
     (N, KH*KW*C, OH, OW) (:func:`compiler.graph.nn.fold_window`).
 
@@ -921,4 +984,4 @@ def fold_window(x: NDArray[Any], kernel: Pair, stride: Pair = 1, padding: Pair =
         is not rank 4 or smaller than the window.
     """
     pairs = check_fold_window_args(kernel, stride, padding)
-    return nn.fold_window(x, *pairs)  # type: ignore[no-any-return]
+    return nn.fold_window(x, *pairs, xp=xp)  # type: ignore[no-any-return]
