@@ -50,11 +50,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from accel.machine.isa import AluOp, MemType, Opcode
-from hw.control import DepControl
+from hw.control import CommandUnit, DepControl
 from hw.dma import LoadEngine, mem_predecode
 from hw.dram import dram_port
 from hw.lutmul import carry_save, compress_lut4, mul_low_lut_parts, tree_sum
@@ -455,7 +455,7 @@ class _AluOut:
     mul7: Signal                # it is a MUL
 
 
-class Compute(wiring.Component):
+class Compute(CommandUnit):
     """The compute module with its uop and acc buffers.
 
     Parameters
@@ -465,8 +465,8 @@ class Compute(wiring.Component):
 
     Ports
     -----
-    cmd : In(stream)
-        The compute command queue.
+    cmd, issue, retire
+        As for :class:`~hw.control.CommandUnit`.
     cmd_pre : In(COMPUTE_PRE)
         :func:`compute_predecode` of the queue's head.
     l2c, s2c : In(token stream)
@@ -489,18 +489,13 @@ class Compute(wiring.Component):
         Low 8 bits of every result.
     finish : Out
         FINISH retires at the end of this cycle.
-    issue, retire : Out
-        Decode cycle / last cycle of an instruction (for tracing).
     """
 
     predecode = staticmethod(compute_predecode)
     """What the command queue stores beside each instruction (``cmd_pre``)."""
 
     def __init__(self, params: RtlParams) -> None:
-        self._p = params
-        super().__init__({
-            "cmd": In(stream.Signature(params.insn_layout)),
-            "cmd_pre": In(COMPUTE_PRE),
+        super().__init__(params, COMPUTE_PRE, {
             "l2c": In(token_stream()),
             "s2c": In(token_stream()),
             "c2l": Out(token_stream()),
@@ -516,8 +511,6 @@ class Compute(wiring.Component):
             **({"wr_acc_copy": Out(BufferWrite(params.buffers["acc"]))}
                if params.cfg.store.postproc else {}),
             "finish": Out(1),
-            "issue": Out(1),
-            "retire": Out(1),
         })
 
     def _uop_fetch(self, m: Module, buf: SramBuffer, wr: object, addr: Signal,

@@ -28,19 +28,60 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from amaranth.hdl import Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, ShapeLike, Signal, Value
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In, Member, Out
 
+from hw.params import RtlParams
 from hw.queues import token_stream
 
-__all__ = ["DepControl"]
+__all__ = ["CommandUnit", "DepControl"]
 
 
 def _kept(name: str) -> Signal:
     """A 1-bit wire that synthesis keeps (Yosys ``keep``): the logic behind it is mapped as
     its own cone, not merged into the logic that reads it."""
     return Signal(name=name, attrs={"keep": 1})
+
+class CommandUnit(wiring.Component):
+    """A module that runs the instructions of one command queue (load, compute or store): the
+    ports :class:`hw.top.Top` wires alike for each, around the module's own.
+
+    Subclasses set ``predecode``: what the command queue stores beside each instruction
+    (``cmd_pre``), a function of an instruction (a view of ``params.insn_layout``).
+
+    Parameters
+    ----------
+    params
+        RTL parameters of the config.
+    pre
+        The shape of ``cmd_pre`` (``predecode``'s value).
+    ports
+        The module's own ports, between ``cmd_pre`` and ``issue`` (in this order in the
+        Verilog).
+
+    Ports
+    -----
+    cmd : In(stream)
+        The module's command queue.
+    cmd_pre : In(pre)
+        ``predecode`` of the queue's head.
+    issue, retire : Out
+        Decode cycle / last cycle of an instruction (for tracing).
+    """
+
+    predecode: Callable[[object], object]
+
+    def __init__(self, params: RtlParams, pre: ShapeLike, ports: Mapping[str, Member]) -> None:
+        self._p = params
+        super().__init__({
+            "cmd": In(stream.Signature(params.insn_layout)),
+            "cmd_pre": In(pre),
+            **ports,
+            "issue": Out(1),
+            "retire": Out(1),
+        })
+
 
 _POPS = ("pop_prev", "pop_next")
 _PUSHES = ("push_prev", "push_next")

@@ -40,42 +40,46 @@ def _ceil_to(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
+def _pack_blocked(x: np.ndarray, b0: int, b1: int) -> np.ndarray:
+    """``(A, B, H, W)`` -> ``(A/b0, B/b1, H, W, b0, b1)``, zero-padded: the blocking of both
+    layouts (activations and weights)."""
+    a, b, h, w = x.shape
+    padded = np.zeros((_ceil_to(a, b0), _ceil_to(b, b1), h, w), dtype=x.dtype)
+    padded[:a, :b] = x
+    ab, bb = padded.shape[0] // b0, padded.shape[1] // b1
+    return np.ascontiguousarray(
+        padded.reshape(ab, b0, bb, b1, h, w).transpose(0, 2, 4, 5, 1, 3)
+    )
+
+
+def _unpack_blocked(xb: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
+    """Inverse of :func:`_pack_blocked`, cropped to ``shape``."""
+    ab, bb, h, w, b0, b1 = xb.shape
+    full = xb.transpose(0, 4, 1, 5, 2, 3).reshape(ab * b0, bb * b1, h, w)
+    a, b, hh, ww = shape
+    return np.ascontiguousarray(full[:a, :b, :hh, :ww])
+
+
 def pack_activation(x: np.ndarray, batch: int, block: int) -> np.ndarray:
     """``(N, C, H, W)`` -> ``(N/batch, C/block, H, W, batch, block)``, zero-padded."""
-    n, c, h, w = x.shape
-    padded = np.zeros((_ceil_to(n, batch), _ceil_to(c, block), h, w), dtype=x.dtype)
-    padded[:n, :c] = x
-    nb, cb = padded.shape[0] // batch, padded.shape[1] // block
-    return np.ascontiguousarray(
-        padded.reshape(nb, batch, cb, block, h, w).transpose(0, 2, 4, 5, 1, 3)
-    )
+    return _pack_blocked(x, batch, block)
 
 
 def unpack_activation(xb: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
     """Inverse of :func:`pack_activation`, cropped to ``shape`` ``(N, C, H, W)``."""
-    nb, cb, h, w, b, c = xb.shape
-    full = xb.transpose(0, 4, 1, 5, 2, 3).reshape(nb * b, cb * c, h, w)
-    n, ch, hh, ww = shape
-    return np.ascontiguousarray(full[:n, :ch, :hh, :ww])
+    return _unpack_blocked(xb, shape)
 
 
 def pack_weight(w: np.ndarray, block_out: int, block_in: int) -> np.ndarray:
     """``(O, I, KH, KW)`` -> ``(O/block_out, I/block_in, KH, KW, block_out, block_in)``."""
-    o, i, kh, kw = w.shape
-    padded = np.zeros((_ceil_to(o, block_out), _ceil_to(i, block_in), kh, kw), dtype=w.dtype)
-    padded[:o, :i] = w
-    ob, ib = padded.shape[0] // block_out, padded.shape[1] // block_in
-    return np.ascontiguousarray(
-        padded.reshape(ob, block_out, ib, block_in, kh, kw).transpose(0, 2, 4, 5, 1, 3)
-    )
+    return _pack_blocked(w, block_out, block_in)
 
 
 def unpack_weight(wb: np.ndarray, shape: tuple[int, int, int, int]) -> np.ndarray:
-    """Inverse of :func:`pack_weight`, cropped to ``shape`` ``(O, I, KH, KW)``."""
-    ob, ib, kh, kw, bo, bi = wb.shape
-    full = wb.transpose(0, 4, 1, 5, 2, 3).reshape(ob * bo, ib * bi, kh, kw)
+    """Inverse of :func:`pack_weight`, cropped to ``shape`` ``(O, I, KH, KW)`` (``O`` and ``I``
+    only: the kernel's extent is the blocked array's)."""
     o, i, _, _ = shape
-    return np.ascontiguousarray(full[:o, :i])
+    return _unpack_blocked(wb, (o, i, *wb.shape[2:4]))
 
 
 class Dram:

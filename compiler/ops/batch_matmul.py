@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from compiler.ops.accel_op import AccelOp, Block, Operand
 from compiler.ops.matmul import (
     MatmulKnobs,
     MatmulWorkload,
+    check_matmul_knobs,
     default_matmul_knobs,
     estimate_matmul_cycles,
     matmul_fits,
@@ -39,10 +40,6 @@ from compiler.tune.space import KnobSpace
 __all__ = ["BATCH_MATMUL", "BatchMatmulKnobs", "BatchMatmulWorkload", "batch_matmul_compute",
            "batch_matmul_schedule", "batch_matmul_space", "pack_input_operand",
            "pack_weight_operand", "physical_workload", "unpack_output"]
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _divisors(n: int) -> tuple[int, ...]:
@@ -79,8 +76,7 @@ class BatchMatmulWorkload:
 
     def blocks(self, cfg: HwConfig) -> tuple[int, int, int]:
         """(row blocks, reduction blocks, column blocks) of one group on ``cfg``."""
-        return (_ceil_div(self.m, cfg.batch), _ceil_div(self.k, cfg.block_in),
-                _ceil_div(self.n, cfg.block_out))
+        return self.matmul().blocks(cfg)
 
     def matmul(self) -> MatmulWorkload:
         """One group as a matmul workload (same buffers per tile)."""
@@ -92,18 +88,12 @@ class BatchMatmulWorkload:
 
 
 @dataclass(frozen=True)
-class BatchMatmulKnobs:
-    """Tiles in blocks of one group: rows, reduction, columns; threads over columns."""
-
-    tile_m: int = 1
-    tile_k: int = 1
-    tile_n: int = 1
-    n_nthread: int = 1
-
-    def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+class BatchMatmulKnobs(MatmulKnobs):
+    """The matmul knobs of one group (tiles in blocks: rows, reduction, columns; threads over
+    columns), as a type of their own: knobs compare equal only to knobs of their operator."""
 
     def matmul(self) -> MatmulKnobs:
+        """The same knobs as a matmul's."""
         return MatmulKnobs(self.tile_m, self.tile_k, self.tile_n, self.n_nthread)
 
 
@@ -125,14 +115,6 @@ def batch_matmul_compute(wl: BatchMatmulWorkload, cfg: HwConfig) -> dict[str, Te
     return tensors
 
 
-def _check_knobs(wl: BatchMatmulWorkload, knobs: BatchMatmulKnobs, cfg: HwConfig) -> None:
-    mb, kb, nb = wl.blocks(cfg)
-    for name, value, total in (("tile_m", knobs.tile_m, mb), ("tile_k", knobs.tile_k, kb),
-                               ("tile_n * n_nthread", knobs.tile_n * knobs.n_nthread, nb)):
-        if value < 1 or total % value:
-            raise LoweringError(f"knob {name} = {value} does not divide the {total} blocks")
-
-
 def batch_matmul_schedule(wl: BatchMatmulWorkload, knobs: BatchMatmulKnobs,
                           cfg: HwConfig) -> Schedule:
     """The matmul schedule inside a loop over the groups: per group, tile the output, cache
@@ -150,7 +132,7 @@ def batch_matmul_schedule(wl: BatchMatmulWorkload, knobs: BatchMatmulKnobs,
     LoweringError
         Knobs that do not divide the blocked dimensions.
     """
-    _check_knobs(wl, knobs, cfg)
+    check_matmul_knobs(wl.matmul(), knobs.matmul(), cfg)  # one group's blocks
     t = batch_matmul_compute(wl, cfg)
     s = create_schedule(t["out"])
     out, acc = s.tensor("out"), s.tensor("acc")

@@ -18,9 +18,8 @@ from compiler.ops.requant import requantize_stages, schedule_requant
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
 
-__all__ = ["MatmulKnobs", "MatmulWorkload", "default_matmul_knobs", "estimate_matmul_cycles",
-           "matmul_compute",
-           "matmul_fits", "matmul_schedule"]
+__all__ = ["MatmulKnobs", "MatmulWorkload", "check_matmul_knobs", "default_matmul_knobs",
+           "estimate_matmul_cycles", "matmul_compute", "matmul_fits", "matmul_schedule"]
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -100,9 +99,9 @@ def matmul_compute(wl: MatmulWorkload, cfg: HwConfig) -> dict[str, Tensor]:
     return tensors
 
 
-def matmul_schedule(wl: MatmulWorkload, knobs: MatmulKnobs, cfg: HwConfig) -> Schedule:
-    """Tile the output, cache ``a`` into inp and ``b`` into wgt per reduction chunk, accumulate
-    in acc with the GEMM intrinsic, requantise with the ALU, virtual threads over columns.
+def check_matmul_knobs(wl: MatmulWorkload, knobs: MatmulKnobs, cfg: HwConfig) -> None:
+    """Check that each tile (and the column tile times the threads) divides its blocked
+    dimension.
 
     Raises
     ------
@@ -114,6 +113,18 @@ def matmul_schedule(wl: MatmulWorkload, knobs: MatmulKnobs, cfg: HwConfig) -> Sc
                                ("tile_n * n_nthread", knobs.tile_n * knobs.n_nthread, nb)):
         if value < 1 or total % value:
             raise LoweringError(f"knob {name} = {value} does not divide the {total} blocks")
+
+
+def matmul_schedule(wl: MatmulWorkload, knobs: MatmulKnobs, cfg: HwConfig) -> Schedule:
+    """Tile the output, cache ``a`` into inp and ``b`` into wgt per reduction chunk, accumulate
+    in acc with the GEMM intrinsic, requantise with the ALU, virtual threads over columns.
+
+    Raises
+    ------
+    LoweringError
+        Knobs that do not divide the blocked dimensions.
+    """
+    check_matmul_knobs(wl, knobs, cfg)
     t = matmul_compute(wl, cfg)
     s = create_schedule(t["out"])
     out, acc = s.tensor("out"), s.tensor("acc")
