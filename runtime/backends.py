@@ -119,13 +119,15 @@ def timing_signature(program: Program) -> bytes:
 
     from accel.machine.isa import AluInsn, MemInsn
 
+    blank = {MemInsn: "dram_base", AluInsn: "imm"}
     out = []
     for insn in program.insns:
         fields = vars(insn)
-        blank = "dram_base" if isinstance(insn, MemInsn) else \
-            "imm" if isinstance(insn, AluInsn) else None
-        out.append((type(insn).__name__,
-                    *((k, 0 if k == blank else v) for k, v in fields.items())))
+        field = blank.get(type(insn))
+        if field is not None:
+            fields = {**fields, field: 0}
+        # The type's name fixes its fields and their order: the values alone say the rest.
+        out.append((type(insn).__name__, *fields.values()))
     return pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -58,6 +58,7 @@ __all__ = [
     "encode_insn",
     "encode_insns",
     "encode_uops",
+    "insn_decoder",
     "module_of",
 ]
 
@@ -350,36 +351,50 @@ def decode_insn(word: int, cfg: HwConfig) -> Insn:
     DecodeError
         Unknown opcode or memory type or ALU opcode, or non-zero bits beyond the format.
     """
+    return insn_decoder(cfg)(word)
+
+
+_BOOL_FIELDS = (*DEP_FLAGS, "reset", "from_acc", "use_imm")
+
+
+def insn_decoder(cfg: HwConfig) -> Callable[[int], Insn]:
+    """:func:`decode_insn` for one config, with the layout's field table looked up once: the
+    loader decodes a program's words with it (the config is hashed once, not per word)."""
     layout = IsaLayout.of(cfg)
-    raw_op = word & 0x7
-    try:
-        opcode = Opcode(raw_op)
-    except ValueError:
-        raise DecodeError(f"unknown opcode {raw_op}") from None
-    fmt = layout.formats[opcode]
-    if word >> fmt.total_bits:
-        raise DecodeError(f"{fmt.name} has non-zero bits above bit {fmt.total_bits - 1}")
-    kwargs: dict[str, Any] = {}
-    for f in fmt.fields[1:]:
-        value = (word >> f.lsb) & ((1 << f.width) - 1)
-        if f.signed and value >> (f.width - 1):
-            value -= 1 << f.width
-        kwargs[f.name] = value
-    for flag in (*DEP_FLAGS, "reset", "from_acc", "use_imm"):
-        if flag in kwargs:
-            kwargs[flag] = bool(kwargs[flag])
-    if opcode in (Opcode.LOAD, Opcode.STORE):
-        try:
-            kwargs["mem_type"] = MemType(kwargs["mem_type"])
-        except ValueError:
-            raise DecodeError(f"unknown memory type {kwargs['mem_type']}") from None
-        kwargs["store"] = opcode is Opcode.STORE
-    if opcode is Opcode.ALU:
-        try:
-            kwargs["alu_op"] = AluOp(kwargs["alu_op"])
-        except ValueError:
-            raise DecodeError(f"unknown ALU opcode {kwargs['alu_op']}") from None
-    return _CLASS_OF[opcode](**kwargs)
+    table = {}
+    for opcode, fmt in layout.formats.items():
+        fields = tuple((f.name, f.lsb, (1 << f.width) - 1, 1 << f.width if f.signed else 0,
+                        f.name in _BOOL_FIELDS) for f in fmt.fields[1:])
+        table[int(opcode)] = (fmt, fields, _CLASS_OF[opcode])
+
+    def decode(word: int) -> Insn:
+        raw_op = word & 0x7
+        entry = table.get(raw_op)
+        if entry is None:
+            raise DecodeError(f"unknown opcode {raw_op}")
+        fmt, fields, cls = entry
+        if word >> fmt.total_bits:
+            raise DecodeError(f"{fmt.name} has non-zero bits above bit {fmt.total_bits - 1}")
+        kwargs: dict[str, Any] = {}
+        for name, lsb, mask, sign, flag in fields:
+            value = (word >> lsb) & mask
+            if sign and value >= sign >> 1:
+                value -= sign
+            kwargs[name] = bool(value) if flag else value
+        if cls is MemInsn:
+            try:
+                kwargs["mem_type"] = MemType(kwargs["mem_type"])
+            except ValueError:
+                raise DecodeError(f"unknown memory type {kwargs['mem_type']}") from None
+            kwargs["store"] = raw_op == Opcode.STORE
+        elif cls is AluInsn:
+            try:
+                kwargs["alu_op"] = AluOp(kwargs["alu_op"])
+            except ValueError:
+                raise DecodeError(f"unknown ALU opcode {kwargs['alu_op']}") from None
+        return cls(**kwargs)
+
+    return decode
 
 
 def insn_fields(insn: Insn, cfg: HwConfig) -> Iterator[tuple[FieldSpec, int]]:

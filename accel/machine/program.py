@@ -52,11 +52,11 @@ from accel.machine.isa import (
     Module,
     Opcode,
     TokenQueue,
-    decode_insn,
     decode_uops,
     encode_insn,
     encode_insns,
     encode_uops,
+    insn_decoder,
     insn_fields,
     module_of,
 )
@@ -297,10 +297,11 @@ class Program:
                 f"({need} bytes) but {len(data) - pos - 4} bytes follow"
             )
         insns = []
+        decode_insn = insn_decoder(cfg)
         for i in range(n_insns):
             word = int.from_bytes(data[pos : pos + INSN_BYTES], "little")
             try:
-                insns.append(decode_insn(word, cfg))
+                insns.append(decode_insn(word))
             except DecodeError as exc:
                 raise fail(f"instruction {i}: {exc}") from None
             pos += INSN_BYTES

@@ -42,6 +42,24 @@ class _Held:
     executed: bool = False
 
 
+_DEP_QUEUES: dict[tuple[Module, bool, bool, bool, bool],
+                  tuple[tuple[TokenQueue, ...], tuple[TokenQueue, ...]]] = {}
+
+
+def _dep_queues(module: Module, insn: Insn) -> tuple[tuple[TokenQueue, ...],
+                                                      tuple[TokenQueue, ...]]:
+    """The token queues ``insn`` pops and pushes on ``module``, in order (remembered per
+    module and flags: a program asks for the same few combinations thousands of times)."""
+    key = (module, insn.pop_prev, insn.pop_next, insn.push_prev, insn.push_next)
+    found = _DEP_QUEUES.get(key)
+    if found is None:
+        flags = insn.deps()
+        found = _DEP_QUEUES[key] = (
+            tuple(DEP_QUEUES[(module, f)] for f in flags if f.startswith("pop")),
+            tuple(DEP_QUEUES[(module, f)] for f in flags if f.startswith("push")))
+    return found
+
+
 @dataclass
 class _Machine:
     program: Program
@@ -84,11 +102,8 @@ class _Machine:
                     return moved
                 index = self.queues[module].popleft()
                 insn = self.program.insns[index]
-                flags = insn.deps()
-                held = self.held[module] = _Held(
-                    index, insn,
-                    deque(DEP_QUEUES[(module, f)] for f in flags if f.startswith("pop")),
-                    deque(DEP_QUEUES[(module, f)] for f in flags if f.startswith("push")))
+                pops, pushes = _dep_queues(module, insn)
+                held = self.held[module] = _Held(index, insn, deque(pops), deque(pushes))
                 moved = True
             while held.pops:
                 if not self.tokens[held.pops[0]]:
