@@ -163,7 +163,10 @@ def _run_sim(program: Program, dram: Dram, cfg: HwConfig, trace: bool,
     from sim.functional import FunctionalSimulator
 
     simulator = _timing_engine(cfg, trace, engine, functional=True)
-    key = (cfg, timing_signature(program), trace)
+    signed = _SIGNED.pop(id(program), None)
+    signature = signed[1] if signed is not None and signed[0] is program else \
+        timing_signature(program)
+    key = (cfg, signature, trace)
     cached = _TIMING_CACHE.get(key)
     pending = _PENDING.pop(key, None)
     if cached is None and pending is not None:
@@ -199,6 +202,9 @@ register_backend(BackendCaps("rtl", True, False, "Amaranth RTL (Verilator or Ama
 
 
 _PENDING: dict[tuple[HwConfig, bytes, bool], Any] = {}
+_SIGNED: dict[int, tuple[Program, bytes]] = {}
+"""The signatures :func:`prefetch_timing` computed, by ``id`` of the program (kept with it, so
+an id reused by another object does not match), taken by the run of that program."""
 _PREFETCH_POOLS: list[PoolHandle] = []
 """The prefetch pool of the run going on, and its worker process."""
 
@@ -229,8 +235,11 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
     except ValueError:
         return
     todo: dict[tuple[HwConfig, bytes, bool], Program] = {}
+    _SIGNED.clear()  # a run's programs at a time
     for program in programs:
-        key = (cfg, timing_signature(program), trace)
+        signature = timing_signature(program)
+        _SIGNED[id(program)] = (program, signature)
+        key = (cfg, signature, trace)
         if key not in _TIMING_CACHE and key not in _PENDING:
             todo.setdefault(key, program)
     if len(todo) < 2:
@@ -251,6 +260,7 @@ def cancel_prefetch() -> None:
     run that ended early, by an error or Ctrl-C: otherwise the interpreter's exit waits for
     the worker to simulate every layer left)."""
     _PENDING.clear()
+    _SIGNED.clear()
     while _PREFETCH_POOLS:
         stop_pool(_PREFETCH_POOLS.pop())
 

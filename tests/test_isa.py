@@ -159,8 +159,9 @@ def near_valid_instructions(draw: st.DrawFn, cfg: HwConfig) -> Insn:
     if kind == "finish":
         return FinishInsn(**flags)
     loop = {"uop_bgn": draw(number), "uop_end": draw(number)}
-    if kind == "gemm":
-        return GemmInsn(**loop, **flags)
+    if kind == "gemm":   # a reset that copies from acc needs gemm.reset_from_acc
+        return GemmInsn(**loop, reset=draw(st.booleans()), from_acc=draw(st.booleans()),
+                        **flags)
     return AluInsn(alu_op=draw(st.sampled_from([AluOp.SHR] * 3 + list(AluOp))),
                    use_imm=draw(st.booleans()),
                    imm=draw(st.sampled_from([-32, -31, 31, 32]) | st.integers(-40, 40)),

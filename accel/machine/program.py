@@ -414,8 +414,9 @@ def _all_valid(insns: Sequence[Insn], cfg: HwConfig) -> bool:
         a = np.array([_LOOP_FIELDS(g) for g in loops])
         if a.dtype != np.int64 or ((a[:, 1] < a[:, 0]) | (a[:, 1] > cfg.uop_depth)).any():
             return False
-        if any(getattr(g, "from_acc", False) for g in loops):   # the loop says why, or not
-            return False
+        from_acc = [g for g in loops if getattr(g, "from_acc", False)]
+        if from_acc and (not cfg.gemm.reset_from_acc or not all(g.reset for g in from_acc)):
+            return False                            # (GEMMs only: an ALU has no from_acc)
     if alus:
         if any(type(x.alu_op) is not AluOp for x in alus):
             return False

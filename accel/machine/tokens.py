@@ -37,78 +37,84 @@ class _Held:
 
     index: int
     insn: Insn
-    pops: deque[TokenQueue]
-    pushes: deque[TokenQueue]
+    pops: deque[int]  # indices into _QUEUES
+    pushes: deque[int]
     executed: bool = False
 
 
-_DEP_QUEUES: dict[tuple[Module, bool, bool, bool, bool],
-                  tuple[tuple[TokenQueue, ...], tuple[TokenQueue, ...]]] = {}
+_QUEUES = tuple(TokenQueue)
+"""The token queues; the machine counts tokens in a list in this order (an enum member's hash
+is a Python call, and the machine looks its queues up a few times per instruction)."""
+
+_DEP_QUEUES: dict[tuple[Module, bool, bool, bool, bool], tuple[tuple[int, ...], tuple[int, ...]]] \
+    = {}
 
 
-def _dep_queues(module: Module, insn: Insn) -> tuple[tuple[TokenQueue, ...],
-                                                      tuple[TokenQueue, ...]]:
-    """The token queues ``insn`` pops and pushes on ``module``, in order (remembered per
-    module and flags: a program asks for the same few combinations thousands of times)."""
+def _dep_queues(module: Module, insn: Insn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The token queues (as indices into ``_QUEUES``) ``insn`` pops and pushes on ``module``,
+    in order (remembered per module and flags: a program asks for the same few combinations
+    thousands of times)."""
     key = (module, insn.pop_prev, insn.pop_next, insn.push_prev, insn.push_next)
     found = _DEP_QUEUES.get(key)
     if found is None:
         flags = insn.deps()
         found = _DEP_QUEUES[key] = (
-            tuple(DEP_QUEUES[(module, f)] for f in flags if f.startswith("pop")),
-            tuple(DEP_QUEUES[(module, f)] for f in flags if f.startswith("push")))
+            tuple(_QUEUES.index(DEP_QUEUES[(module, f)]) for f in flags if f.startswith("pop")),
+            tuple(_QUEUES.index(DEP_QUEUES[(module, f)]) for f in flags
+                  if f.startswith("push")))
     return found
 
 
 @dataclass
 class _Machine:
+    """The four processes' state: command queues and held instructions by module (indexed by
+    its value), tokens by queue (indexed as ``_QUEUES``)."""
+
     program: Program
     route: list[Module]
-    queues: dict[Module, deque[int]] = field(
-        default_factory=lambda: {m: deque() for m in Module})
-    held: dict[Module, _Held | None] = field(default_factory=lambda: dict.fromkeys(Module))
-    tokens: dict[TokenQueue, int] = field(default_factory=lambda: dict.fromkeys(TokenQueue, 0))
-    last_push: dict[TokenQueue, int] = field(default_factory=dict)
+    queues: list[deque[int]] = field(default_factory=lambda: [deque() for _ in Module])
+    held: list[_Held | None] = field(default_factory=lambda: [None] * len(Module))
+    tokens: list[int] = field(default_factory=lambda: [0] * len(_QUEUES))
+    last_push: dict[int, int] = field(default_factory=dict)
     fetched: int = 0
     finish: int | None = None
 
-    @property
-    def cmd_depth(self) -> int:
-        return self.program.config.queues.cmd_depth
-
-    @property
-    def token_depth(self) -> int:
-        return self.program.config.queues.token_depth
+    def __post_init__(self) -> None:
+        self.cmd_depth = self.program.config.queues.cmd_depth
+        self.token_depth = self.program.config.queues.token_depth
 
     def fetch(self) -> bool:
         """Dispatch instructions until a command queue is full; True if any moved."""
         start, n, depth = self.fetched, len(self.route), self.cmd_depth
-        while self.fetched < n:
-            queue = self.queues[self.route[self.fetched]]
+        route, queues, fetched = self.route, self.queues, self.fetched
+        while fetched < n:
+            queue = queues[route[fetched]]
             if len(queue) >= depth:
                 break
-            queue.append(self.fetched)
-            self.fetched += 1
-        return self.fetched != start
+            queue.append(fetched)
+            fetched += 1
+        self.fetched = fetched
+        return fetched != start
 
     def step(self, module: Module) -> Iterator[tuple[int, Insn]]:
         """Run ``module`` until it waits, yielding each instruction as it executes; returns
         (as the generator's value) True if it did anything."""
         moved = False
+        tokens, waiting, insns = self.tokens, self.queues[module], self.program.insns
         while True:
             held = self.held[module]
             if held is None:
-                if not self.queues[module]:
+                if not waiting:
                     return moved
-                index = self.queues[module].popleft()
-                insn = self.program.insns[index]
+                index = waiting.popleft()
+                insn = insns[index]
                 pops, pushes = _dep_queues(module, insn)
                 held = self.held[module] = _Held(index, insn, deque(pops), deque(pushes))
                 moved = True
             while held.pops:
-                if not self.tokens[held.pops[0]]:
+                if not tokens[held.pops[0]]:
                     return moved
-                self.tokens[held.pops.popleft()] -= 1
+                tokens[held.pops.popleft()] -= 1
                 moved = True
             if not held.executed:
                 held.executed = True
@@ -119,9 +125,9 @@ class _Machine:
                     return True
             while held.pushes:
                 queue = held.pushes[0]
-                if self.tokens[queue] >= self.token_depth:
+                if tokens[queue] >= self.token_depth:
                     return moved
-                self.tokens[held.pushes.popleft()] += 1
+                tokens[held.pushes.popleft()] += 1
                 self.last_push[queue] = held.index
                 moved = True
             self.held[module] = None
@@ -139,9 +145,9 @@ class _Machine:
                     parts.append(f"{name} has no instructions left")
                 continue
             if held.pops:
-                what = f"pop {held.pops[0].value} (0 tokens)"
+                what = f"pop {_QUEUES[held.pops[0]].value} (0 tokens)"
             else:
-                what = f"push {held.pushes[0].value} (full, {self.token_depth} tokens)"
+                what = f"push {_QUEUES[held.pushes[0]].value} (full, {self.token_depth} tokens)"
             parts.append(
                 f"{name} waits at instruction {held.index} ({count_key(held.insn)}) to {what}")
         if self.fetched < len(self.route):
@@ -150,7 +156,7 @@ class _Machine:
                          f"command queue ({self.cmd_depth} entries)")
         else:
             parts.append(f"fetch has dispatched all {len(self.route)} instructions")
-        counts = " ".join(f"{q.value}={n}" for q, n in self.tokens.items())
+        counts = " ".join(f"{q.value}={n}" for q, n in zip(_QUEUES, self.tokens, strict=True))
         return f"deadlock: {'; '.join(parts)}; tokens: {counts}"
 
     def check_leftovers(self) -> None:
@@ -168,8 +174,8 @@ class _Machine:
                 f"FINISH at instruction {finish} retired with "
                 f"{len(self.route) - self.fetched} instruction(s) never fetched")
         left_tokens = [
-            f"{q.value}={n} (last pushed by instruction {self.last_push.get(q, '?')})"
-            for q, n in self.tokens.items() if n
+            f"{q.value}={n} (last pushed by instruction {self.last_push.get(i, '?')})"
+            for i, (q, n) in enumerate(zip(_QUEUES, self.tokens, strict=True)) if n
         ]
         if left_tokens:
             raise ProgramError(
