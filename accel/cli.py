@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +231,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
                                   trace=out_dir is not None and args.backend != "fsim"
                                   and not args.no_trace,
-                                  progress=steps(progress, "done"),
+                                  progress=_plotting_preloaded(steps(progress, "done"))
+                                  if out_dir is not None and args.backend != "fsim"
+                                  else steps(progress, "done"),
                                   layer_options={dumped: {"vcd": dump}} if dumped else None)
     except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
         raise CliError(rtl_failure(exc)) from exc
@@ -268,6 +270,36 @@ def cmd_run(args: argparse.Namespace) -> int:
         names = _write_run_files(report, out_dir, args.backend, trace=not args.no_trace)
         print(f"wrote {out_dir}/{', '.join(names)}")
     return 1 if check and report.check is False else 0
+
+
+def _plotting_preloaded(show: Callable[[int, int, str], None]
+                        ) -> Callable[[int, int, str], None]:
+    """``show``, which at its first call (a run's first layer) starts importing the modules
+    ``RunReport.plot_utilization`` needs in a thread of their own: matplotlib's import, most
+    of what ``--out`` costs, then fills the time the run waits for its timing worker. Started
+    once the run is under way, after ``prefetch_timing`` has forked its worker, so that no fork
+    copies a half-held import lock; an import that fails here fails again, with its message,
+    where the plot is drawn."""
+    import contextlib
+    import threading
+
+    started = False
+
+    def preload() -> None:
+        with contextlib.suppress(Exception):
+            import matplotlib.backends.backend_agg
+            import matplotlib.collections
+            import matplotlib.figure
+            import matplotlib.patches  # noqa: F401
+
+    def first(k: int, n: int, name: str) -> None:
+        nonlocal started
+        if not started:
+            started = True
+            threading.Thread(target=preload, name="preload-matplotlib", daemon=True).start()
+        show(k, n, name)
+
+    return first
 
 
 def _run_json(args: argparse.Namespace, exe: Any, x: Any, outputs: Any, report: Any,
