@@ -1,7 +1,7 @@
 """Auto-tuning of accelerator schedules (the TVM paper's automated optimiser).
 
-* :mod:`compiler.tune.space` — knob spaces with a static validity filter;
-* :mod:`compiler.tune.task` — a workload on a config: space, schedule, features;
+* :mod:`compiler.tune.task` — a workload on a config: space, schedule, features (the knob
+  spaces, with their static validity filter, are the operators': :mod:`compiler.ops.space`);
 * :mod:`compiler.tune.features` — loop-context features of the lowered program;
 * :mod:`compiler.tune.model` — the XGBoost pairwise-rank cost model;
 * :mod:`compiler.tune.explorer` — simulated annealing over knob neighbourhoods;
@@ -19,7 +19,6 @@ from accel.machine.lazy import lazy_exports
 # Loaded on first use: ``accel --help`` imports compiler.tune.names alone.
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "compiler.tune.log": ("TuningLog", "TuningLogError", "TuningRecord"),
-    "compiler.tune.space": ("KnobSpace", "conv2d_space", "matmul_space"),
     "compiler.tune.task": ("Task", "make_task"),
     "compiler.tune.tuners": ("TUNERS", "GATuner", "MeasureResult", "RandomTuner", "Trial",
                              "TuneResult", "Tuner", "XGBTuner", "make_tuner"),
