@@ -36,9 +36,9 @@ import numpy as np
 
 from compiler.errors import LoweringError
 from compiler.ops.space import Point
+from compiler.ops.tuning_log import TuningLog
 from compiler.tune.explorer import anneal
 from compiler.tune.features import N_FEATURES
-from compiler.tune.log import TuningLog
 from compiler.tune.model import RankModel
 from compiler.tune.names import TUNER_NAMES
 from compiler.tune.task import Task
