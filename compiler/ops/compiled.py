@@ -15,7 +15,6 @@ from accel.machine.cache import cache_dir, code_version
 from accel.machine.config import HwConfig
 from accel.machine.dram import Dram, pack_activation, pack_weight, unpack_activation
 from accel.machine.program import Program
-from compiler.build import build
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
 from compiler.ops.heuristic import default_conv2d_knobs
@@ -26,6 +25,7 @@ from compiler.ops.matmul import (
     matmul_schedule,
 )
 from compiler.ops.tuning_log import as_log
+from compiler.pipeline.build import build
 
 __all__ = ["CompiledOp", "bias_tiles", "cache_clear", "compile_cached", "compile_conv2d",
            "compile_matmul", "conv2d_program", "logged_knobs", "matmul_program"]
