@@ -112,7 +112,8 @@ def conv2d(
         A :class:`compiler.ops.conv2d.Conv2dKnobs`; default: the fastest logged in
         ``tuning_log`` for this layer and config, else the heuristic's choice.
     tuning_log
-        A tuning log (path or :class:`compiler.tune.log.TuningLog`) written by ``accel tune``.
+        A tuning log (path or :class:`compiler.ops.tuning_log.TuningLog`) written by
+        ``accel tune``.
 
     Returns
     -------
@@ -125,7 +126,7 @@ def conv2d(
         Bad arguments (the kernels' messages).
     compiler.errors.LoweringError
         The layer cannot be compiled for this config.
-    compiler.tune.log.TuningLogError
+    compiler.ops.tuning_log.TuningLogError
         ``tuning_log`` names no file, or cannot be read.
     """
     from compiler.ops.compiled import compile_conv2d, pack_conv2d_args

@@ -336,7 +336,7 @@ def _write_run_files(report: Any, out_dir: Path, backend: str, trace: bool = Tru
 
 def _logged_layers(exe: Any, path: str) -> int:
     """How many of ``exe``'s compiled layers have a record in the tuning log at ``path``."""
-    from compiler.tune.log import TuningLog
+    from compiler.ops.tuning_log import TuningLog
 
     log = TuningLog(path)
     return sum(log.best(exe.cfg.name, op.workload.signature()) is not None

@@ -146,7 +146,7 @@ def _knob_text(knobs: Any) -> str:
 def cmd_tune(args: argparse.Namespace) -> int:
     from accel.cli_util import Progress, check_model_options, interrupted
     from accel.machine.config import load_config
-    from compiler.tune import TuningLog
+    from compiler.ops.tuning_log import TuningLog
 
     if args.trials < 1:
         raise TuneError(f"--trials must be >= 1, got {args.trials}")

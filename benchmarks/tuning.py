@@ -46,8 +46,9 @@ import numpy as np
 from accel.cli_tune import parse_layers
 from accel.machine.cache import code_version
 from accel.machine.config import load_config
+from compiler.ops.tuning_log import TuningLog
 from compiler.ops.workloads import resnet18_layer
-from compiler.tune import TuningLog, make_task, make_tuner
+from compiler.tune import make_task, make_tuner
 from compiler.tune.task import Task
 from runtime.tuning import SimMeasure, measure_knobs
 

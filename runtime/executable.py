@@ -362,9 +362,9 @@ class Executable:
     knobs
         Optional per-node knobs (node name -> knobs).
     tuning_log
-        Optional tuning log (:class:`compiler.tune.log.TuningLog` or path): accelerator nodes
-        without explicit knobs use the fastest knobs it holds for their workload on ``cfg``,
-        else the heuristic's.
+        Optional tuning log (:class:`compiler.ops.tuning_log.TuningLog` or path): accelerator
+        nodes without explicit knobs use the fastest knobs it holds for their workload on
+        ``cfg``, else the heuristic's.
 
     progress
         Called as ``progress(k, n, name)`` before compiling each of the ``n`` accelerator
@@ -389,7 +389,7 @@ class Executable:
         of the same bytes, ``AccelOp.physical``)."""
         knobs = knobs or {}
         if tuning_log is not None:
-            from compiler.tune.log import as_log
+            from compiler.ops.tuning_log import as_log
 
             tuning_log = as_log(tuning_log)  # read once for every node
         accel_nodes = [node for node in graph.nodes if node.attrs.get("target") == "accel"]

@@ -102,9 +102,9 @@ def compile_network(
     knobs
         Per-node schedule knobs (node name -> knobs); they take precedence over the log.
     tuning_log
-        A tuning log (path or :class:`compiler.tune.log.TuningLog`) written by ``accel tune``:
-        every conv2d and dense layer it holds records for (same config, same signature) is
-        compiled with its fastest logged knobs; the others get the heuristic's.
+        A tuning log (path or :class:`compiler.ops.tuning_log.TuningLog`) written by
+        ``accel tune``: every conv2d and dense layer it holds records for (same config, same
+        signature) is compiled with its fastest logged knobs; the others get the heuristic's.
     progress
         ``progress(k, n, name)`` before compiling each of the ``n`` accelerator layers, and
         with ``k == n`` at the end.
@@ -116,7 +116,7 @@ def compile_network(
 
     Raises
     ------
-    compiler.tune.log.TuningLogError
+    compiler.ops.tuning_log.TuningLogError
         ``tuning_log`` names no file, or cannot be read.
     """
     from compiler.graph.passes import optimize
@@ -130,11 +130,11 @@ def compile_network(
 
 
 def open_tuning_log(log: Any) -> Any:
-    """``log`` as a :class:`compiler.tune.log.TuningLog` (None stays None); a path must name
-    an existing file."""
+    """``log`` as a :class:`compiler.ops.tuning_log.TuningLog` (None stays None); a path must
+    name an existing file."""
     if log is None:
         return None
-    from compiler.tune.log import TuningLog, TuningLogError
+    from compiler.ops.tuning_log import TuningLog, TuningLogError
 
     if isinstance(log, TuningLog):
         return log

@@ -26,7 +26,7 @@ from accel.machine.config import HwConfig
 from accel.machine.dram import Dram
 from compiler.errors import LoweringError
 from compiler.ops.registry import accel_op_for
-from compiler.tune.log import TuningLog, as_log
+from compiler.ops.tuning_log import TuningLog, as_log
 from compiler.tune.task import Task
 from compiler.tune.tuners import MeasureResult
 from runtime.workers import PoolHandle, sigint_deferred, stop_pool, worker_init

@@ -26,7 +26,6 @@ from accel.machine.config import HwConfig, load_config
 from accel.machine.dram import Dram
 from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
 from accel.machine.program import Program
-from compiler.build import build
 from compiler.ops.compiled import (
     compile_conv2d,
     compile_matmul,
@@ -38,6 +37,7 @@ from compiler.ops.heuristic import default_conv2d_knobs
 from compiler.ops.matmul import MatmulWorkload, default_matmul_knobs, matmul_schedule
 from compiler.ops.workloads import resnet18_layer
 from compiler.passes.alu import bias_init_cycles, load_bias
+from compiler.pipeline.build import build
 from runtime import kernels
 
 FAST = {"dram.bytes_per_cycle": 32, "dram.latency": 8}

@@ -27,12 +27,12 @@ from test_runtime import reference, small_net
 import accel
 from accel.machine.config import HwConfig, load_config
 from accel.machine.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
-from compiler.build import build
 from compiler.ops.compiled import compile_conv2d, pack_conv2d_args
 from compiler.ops.conv2d import Conv2dWorkload, conv2d_schedule
 from compiler.ops.heuristic import default_conv2d_knobs
 from compiler.ops.workloads import RESNET18_LAYERS, resnet18_layer
 from compiler.passes.alu import reset_bias, store_requant
+from compiler.pipeline.build import build
 from runtime import kernels
 from runtime.executable import Executable
 

@@ -246,8 +246,6 @@ def test_no_module_imports_itself_around_a_circle(graph: dict[str, list[Import]]
     assert package_cycles(graph) == []
 
 
-@pytest.mark.xfail(strict=True, reason="compiler <-> compiler.passes and compiler.ops <-> "
-                   "compiler.tune (with compiler.graph) still import each other (issue 58)")
 def test_no_package_imports_itself_around_a_circle(graph: dict[str, list[Import]]) -> None:
     assert package_import_cycles(graph, module_sources(ROOT)) == []
 

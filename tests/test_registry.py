@@ -29,12 +29,12 @@ from compiler.intrin import gemm_intrinsic
 from compiler.ops.accel_op import AccelOp, Block, Operand, roofline_bound
 from compiler.ops.registry import CONV2D, accel_op, accel_op_for, register_accel_op
 from compiler.ops.requant import requantize_stages, schedule_requant
+from compiler.ops.space import KnobSpace
 from compiler.ops.workloads import resnet18_layer
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import compute, placeholder, reduce_axis
 from compiler.te import sum as te_sum
 from compiler.tune import make_task
-from compiler.tune.space import KnobSpace
 from runtime import kernels
 from runtime.executable import Executable
 from runtime.fallback import register_fallback

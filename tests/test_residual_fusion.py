@@ -299,8 +299,8 @@ def test_small_resnet_fused_equals_unfused_sim(cfg: HwConfig) -> None:
 def test_accumulate_add_lets_the_skip_gemm_accumulate_onto_t(cfg: HwConfig) -> None:
     """The skip's identity GEMM accumulates into the conv's accumulators: its reset, its acc
     buffer and the ALU ADD go (compiler.passes.alu.accumulate_add)."""
-    from compiler.build import build
     from compiler.ops.residual import conv2d_add_schedule
+    from compiler.pipeline.build import build
     from compiler.tir import to_text
 
     wl = Conv2dAddWorkload(Conv2dWorkload(1, 8, 2, 2, 8, 1, 1, bias=True, shift=3), 1, True)
@@ -318,8 +318,8 @@ def test_conv2d_add_with_postproc_and_reset_from_acc(config_name: str) -> None:
     """The requantisation passes work on the fused operator: the bias starts the accumulation
     (reset_bias) and the add's shift and clip ride in the STORE (store_requant)."""
     import accel
-    from compiler.build import build
     from compiler.ops.residual import conv2d_add_schedule, default_conv2d_add_knobs
+    from compiler.pipeline.build import build
     from compiler.tir import to_text
 
     config = accel.load_config(config_name)

@@ -162,8 +162,8 @@ def test_bit_exact_and_faster_than_without(config_name: str, monkeypatch: pytest
         y, _ = accel.conv2d(x, w, **args, config=cfg, backend=backend, knobs=knobs)
         np.testing.assert_array_equal(y, expected)
     with_passes = TimingSimulator(cfg).run(conv2d_program(wl, cfg, knobs), Dram()).cycles
-    monkeypatch.setattr("compiler.codegen.sink_store_waits", lambda i, p: (i, p))
-    monkeypatch.setattr("compiler.codegen.hoist_store_tokens", lambda i, p: i)
+    monkeypatch.setattr("compiler.pipeline.codegen.sink_store_waits", lambda i, p: (i, p))
+    monkeypatch.setattr("compiler.pipeline.codegen.hoist_store_tokens", lambda i, p: i)
     without = TimingSimulator(cfg).run(conv2d_program(wl, cfg, knobs), Dram()).cycles
     assert with_passes <= without
     if cfg.store.postproc:

@@ -18,22 +18,20 @@ from compiler.errors import LoweringError
 from compiler.ops.compiled import compile_conv2d, conv2d_program
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
 from compiler.ops.heuristic import default_conv2d_knobs, fits, knob_candidates
+from compiler.ops.space import THREAD_PAIRS
+from compiler.ops.tuning_log import TuningLog, TuningLogError, TuningRecord
 from compiler.ops.workloads import resnet18_layer
 from compiler.tune import (
     GATuner,
     MeasureResult,
     RandomTuner,
     Task,
-    TuningLog,
-    TuningLogError,
-    TuningRecord,
     XGBTuner,
     make_task,
     make_tuner,
 )
 from compiler.tune.features import FEATURE_NAMES, N_FEATURES
 from compiler.tune.model import RankModel, kendall_tau, pairwise_accuracy
-from compiler.tune.space import THREAD_PAIRS
 from runtime import kernels
 from runtime.tuning import SimMeasure
 

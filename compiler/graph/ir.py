@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Graph", "GraphError", "Node", "TensorType"]
+__all__ = ["Graph", "GraphError", "Node", "TensorType", "unique_name"]
 
 
 class GraphError(ValueError):
@@ -185,3 +185,14 @@ class Graph:
         for v in self.outputs:
             if v not in defined:
                 raise GraphError(f"{self.name}: output {v!r} is never produced")
+
+
+def unique_name(taken: object, base: str) -> str:
+    """``base``, or ``base.1``, ``base.2``... whichever is not in ``taken``: a fresh node, value
+    or param name for a front end or a pass to add."""
+    if base not in taken:  # type: ignore[operator]
+        return base
+    i = 1
+    while f"{base}.{i}" in taken:  # type: ignore[operator]
+        i += 1
+    return f"{base}.{i}"

@@ -47,9 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import Graph, GraphError, Node, TensorType
+from compiler.graph.ir import Graph, GraphError, Node, TensorType, unique_name
 from compiler.graph.ops import OPS, infer_types
-from compiler.graph.passes.common import unique_name
 
 __all__ = ["SUPPORTED_OPS", "import_onnx"]
 

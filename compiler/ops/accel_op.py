@@ -168,7 +168,7 @@ class AccelOp:
         compiler.errors.LoweringError
             Knobs the schedule or a pass rejects.
         """
-        from compiler.build import build
+        from compiler.pipeline.build import build
 
         return build(self.schedule(workload, knobs, cfg), cfg, self.kind,
                      meta={"signature": workload.signature(), "knobs": knobs.to_dict()}).program

@@ -33,9 +33,9 @@ from compiler.ops.matmul import (
     matmul_fits,
 )
 from compiler.ops.requant import requantize_stages, schedule_requant
+from compiler.ops.space import KnobSpace
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, compute, placeholder, reduce_axis, sum
-from compiler.tune.space import KnobSpace
 
 __all__ = ["BATCH_MATMUL", "BatchMatmulKnobs", "BatchMatmulWorkload", "batch_matmul_compute",
            "batch_matmul_schedule", "batch_matmul_space", "pack_input_operand",

@@ -15,7 +15,6 @@ from accel.machine.cache import cache_dir, code_version
 from accel.machine.config import HwConfig
 from accel.machine.dram import Dram, pack_activation, pack_weight, unpack_activation
 from accel.machine.program import Program
-from compiler.build import build
 from compiler.errors import LoweringError
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
 from compiler.ops.heuristic import default_conv2d_knobs
@@ -25,6 +24,8 @@ from compiler.ops.matmul import (
     default_matmul_knobs,
     matmul_schedule,
 )
+from compiler.ops.tuning_log import as_log
+from compiler.pipeline.build import build
 
 __all__ = ["CompiledOp", "bias_tiles", "cache_clear", "compile_cached", "compile_conv2d",
            "compile_matmul", "conv2d_program", "logged_knobs", "matmul_program"]
@@ -130,15 +131,13 @@ def matmul_program(wl: MatmulWorkload, cfg: HwConfig, knobs: MatmulKnobs) -> Pro
 def logged_knobs(tuning_log: Any, wl: Conv2dWorkload | MatmulWorkload, cfg: HwConfig,
                  cls: type[Conv2dKnobs] | type[MatmulKnobs]) -> Any:
     """The knobs of the fastest record of ``wl`` on ``cfg`` in ``tuning_log`` (a
-    :class:`compiler.tune.log.TuningLog` or a path), or None when it has none.
+    :class:`compiler.ops.tuning_log.TuningLog` or a path), or None when it has none.
 
     Raises
     ------
     compiler.errors.LoweringError
         The record's knobs are not fields of ``cls`` (a log from another version).
     """
-    from compiler.tune.log import as_log
-
     log = as_log(tuning_log)
     record = log.best(cfg.name, wl.signature())
     if record is None:
@@ -155,7 +154,7 @@ def compile_conv2d(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs | None 
     """Compile ``wl`` for ``cfg``, cached.
 
     Knobs: ``knobs`` when given; else the fastest logged for (``cfg.name``,
-    ``wl.signature()``) in ``tuning_log`` (a :class:`compiler.tune.log.TuningLog` or a
+    ``wl.signature()``) in ``tuning_log`` (a :class:`compiler.ops.tuning_log.TuningLog` or a
     path) when it has one; else the heuristic's.
     """
     chosen = knobs or (logged_knobs(tuning_log, wl, cfg, Conv2dKnobs) if tuning_log is not None

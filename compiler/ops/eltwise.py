@@ -31,14 +31,14 @@ import numpy as np
 
 from accel.machine.config import HwConfig
 from accel.machine.dram import pack_activation
-from compiler.build import build
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
 from compiler.ops.compiled import CompiledOp, compile_cached
 from compiler.ops.requant import requantize_stages, schedule_requant
+from compiler.ops.space import KnobSpace
+from compiler.pipeline.build import build
 from compiler.schedule import Pragma, Schedule, Stage, create_schedule
 from compiler.te import IterVar, Tensor, compute, placeholder, reduce_axis, sum
-from compiler.tune.space import KnobSpace
 
 __all__ = ["AddKnobs", "AddWorkload", "add_compute", "add_schedule", "add_second",
            "add_space", "check_add_config", "compile_add", "default_add_knobs", "fits_add",

@@ -48,7 +48,7 @@ from compiler.ops.residual import (
     conv2d_add_space,
     default_conv2d_add_knobs,
 )
-from compiler.tune.space import conv2d_space, matmul_space
+from compiler.ops.space import conv2d_space, matmul_space
 
 __all__ = ["ADD", "BATCH_MATMUL", "CONV2D", "CONV2D_ADD", "DENSE", "accel_op", "accel_op_for",
            "accel_ops", "register_accel_op"]

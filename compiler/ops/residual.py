@@ -47,9 +47,9 @@ from compiler.ops.conv2d import (
 from compiler.ops.eltwise import add_second, identity_gemm, schedule_alu, schedule_identity_gemm
 from compiler.ops.heuristic import estimate_conv2d_cycles, fits, knob_candidates
 from compiler.ops.requant import requantize_stages, schedule_requant
+from compiler.ops.space import KnobSpace, conv2d_space
 from compiler.schedule import Pragma, Schedule, create_schedule
 from compiler.te import Tensor, placeholder
-from compiler.tune.space import KnobSpace, conv2d_space
 
 __all__ = ["Conv2dAddWorkload", "conv2d_add_compute", "conv2d_add_schedule",
            "conv2d_add_space", "default_conv2d_add_knobs", "fits_conv2d_add"]
@@ -206,7 +206,7 @@ def default_conv2d_add_knobs(wl: Conv2dAddWorkload, cfg: HwConfig) -> Conv2dKnob
 
 
 def conv2d_add_space(wl: Conv2dAddWorkload, cfg: HwConfig) -> KnobSpace:
-    """conv2d's knob space (:func:`compiler.tune.space.conv2d_space`) less the settings whose
+    """conv2d's knob space (:func:`compiler.ops.space.conv2d_space`) less the settings whose
     buffers the epilogue overfills.
 
     Raises

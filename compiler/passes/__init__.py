@@ -4,8 +4,8 @@
               load_bias, store_requant, insert_dependencies, inject_virtual_threads,
               plan_sram, fold_uop_loops, cache_uop_kernels]
 
-Each takes ``(PrimFunc, HwConfig)`` and returns a ``PrimFunc``; ``compiler.build`` runs the
-verifier after every one, and codegen turns the result into a program.
+Each takes ``(PrimFunc, HwConfig)`` and returns a ``PrimFunc``; ``compiler.pipeline.build``
+runs the verifier after every one, and codegen turns the result into a program.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from compiler.tune.space import KnobSpace, Point
+from compiler.ops.space import KnobSpace, Point
 
 __all__ = ["anneal"]
 

@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 
 from accel.machine.config import HwConfig
+from compiler.ops.registry import accel_op_for
+from compiler.ops.space import KnobSpace, Point
 from compiler.schedule import Schedule
-from compiler.tune.space import KnobSpace, Point
 
 __all__ = ["Task", "make_task"]
 
@@ -99,10 +100,6 @@ def make_task(workload: Any, cfg: HwConfig) -> Task:
     TypeError
         No registered accelerator operator takes that workload.
     """
-    # The registry imports the operators' modules, which import this package's knob spaces:
-    # looked up when a task is made, not when this module loads.
-    from compiler.ops.registry import accel_op_for
-
     entry = accel_op_for(workload)
     if entry is None:
         raise TypeError(f"cannot tune a {type(workload).__name__}; expected the workload of a "

@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 
 from compiler.errors import LoweringError
+from compiler.ops.space import Point
+from compiler.ops.tuning_log import TuningLog
 from compiler.tune.explorer import anneal
 from compiler.tune.features import N_FEATURES
-from compiler.tune.log import TuningLog
 from compiler.tune.model import RankModel
 from compiler.tune.names import TUNER_NAMES
-from compiler.tune.space import Point
 from compiler.tune.task import Task
 
 __all__ = ["TUNERS", "GATuner", "Measure", "MeasureResult", "RandomTuner", "Trial", "TuneResult",

@@ -7,21 +7,10 @@ import numpy as np
 from compiler.graph.ir import Graph, GraphError, Node
 
 __all__ = ["INTEGER_FORMS", "PARAM_KEYS", "is_float_graph", "needs_quantization", "node_macs",
-           "prune_params", "replace_uses",
-           "unique_name"]
+           "prune_params", "replace_uses"]
 
 #: Node attributes that name params.
 PARAM_KEYS = ("weight", "bias", "scale", "mean", "var", "value", "table", "indices", "condition")
-
-
-def unique_name(taken: object, base: str) -> str:
-    """``base``, or ``base.1``, ``base.2``... whichever is not in ``taken``."""
-    if base not in taken:  # type: ignore[operator]
-        return base
-    i = 1
-    while f"{base}.{i}" in taken:  # type: ignore[operator]
-        i += 1
-    return f"{base}.{i}"
 
 
 def replace_uses(graph: Graph, old: str, new: str, after: int = 0) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.graph.ir import Graph, Node
-from compiler.graph.passes.common import prune_params, prune_values, unique_name
+from compiler.graph.ir import Graph, Node, unique_name
+from compiler.graph.passes.common import prune_params, prune_values
 from compiler.graph.reference import run_reference, to_logical
 
 __all__ = ["fold_batch_norm", "fold_constants"]

@@ -23,9 +23,9 @@ Types keep their logical shapes; the stored array's shape is
 from __future__ import annotations
 
 from accel.machine.config import HwConfig
-from compiler.graph.ir import Graph, GraphError, Node, TensorType
+from compiler.graph.ir import Graph, GraphError, Node, TensorType, unique_name
 from compiler.graph.ops import blocked_layout, infer_types, parse_layout
-from compiler.graph.passes.common import require_targets, unique_name
+from compiler.graph.passes.common import require_targets
 from compiler.ops.accel_op import Block, Operand
 from compiler.ops.registry import accel_op
 

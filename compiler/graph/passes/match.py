@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from compiler.graph.ir import Graph, Node
-from compiler.graph.passes.common import prune_params, prune_values, unique_name
+from compiler.graph.ir import Graph, Node, unique_name
+from compiler.graph.passes.common import prune_params, prune_values
 
 __all__ = ["match_patterns"]
 

@@ -42,9 +42,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from compiler.graph.ir import Graph, GraphError, Node, TensorType
+from compiler.graph.ir import Graph, GraphError, Node, TensorType, unique_name
 from compiler.graph.ops import infer_types
-from compiler.graph.passes.common import needs_quantization, prune_params, unique_name
+from compiler.graph.passes.common import needs_quantization, prune_params
 from compiler.graph.reference import run_reference
 
 __all__ = ["Calibration", "quantize"]

@@ -44,9 +44,9 @@ import numpy as np
 
 from accel.machine.config import HwConfig
 from compiler.errors import LoweringError
-from compiler.graph.ir import Graph, Node
+from compiler.graph.ir import Graph, Node, unique_name
 from compiler.graph.ops import infer_types
-from compiler.graph.passes.common import prune_params, require_targets, unique_name
+from compiler.graph.passes.common import prune_params, require_targets
 from compiler.graph.passes.partition import partition_report
 from compiler.ops.conv2d import Conv2dWorkload
 from compiler.ops.heuristic import default_conv2d_knobs, estimate_conv2d_cycles

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 from accel.machine.config import HwConfig
 from accel.machine.program import Program
-from compiler.codegen import codegen
 from compiler.lower import lower
 from compiler.passes import PASSES, Pass
+from compiler.pipeline.codegen import codegen
 from compiler.schedule import Schedule
 from compiler.tir import PrimFunc, verify
 
