@@ -67,7 +67,9 @@ def search(module: ModuleType) -> Any:
 
 def one_pass(module: ModuleType, cases: list[tuple[Any, Any]]) -> tuple[float, list[Any]]:
     clear_caches(module)
-    clear_caches(heuristic)  # shared helpers (costs' caches live in the new module's wrappers)
+    for name, loaded in list(sys.modules.items()):  # the helpers' too: costs, uops, conv2d
+        if name.split(".")[0] in ("accel", "compiler") and loaded is not None:
+            clear_caches(loaded)
     start = time.perf_counter()
     picks = []
     for wl, cfg in cases:

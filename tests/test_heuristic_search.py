@@ -1,9 +1,11 @@
 """The conv2d knob heuristic's fast search against its definitions.
 
-``default_conv2d_knobs`` prices candidates in the order of a vectorised bound and stops early;
-``_tiles`` computes in one pass what the list scheduler computes over the streams; the
-candidate table is built with numpy; ``_gemm_fold`` asks ``arrange_loops`` directly. Each is
-checked here against the plain definition it replaced: the picks must be identical, not close.
+``default_conv2d_knobs`` prices candidates in batches of the order of a vectorised bound and
+stops early; ``_price`` prices a batch with numpy as ``_plan`` prices one candidate; ``_tiles``
+computes in one pass what the list scheduler computes over the streams, and ``_tiles_rows``
+the same over many rows at once; the candidate table is built with numpy; ``_gemm_fold`` asks
+``arrange_loops`` directly, which checks hazards lazily. Each is checked here against the plain
+definition it replaced: the picks and the prices must be identical, not close.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,7 +24,7 @@ from accel.machine.config import load_config, shipped_configs
 from compiler.ops import heuristic as h
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload
 from compiler.ops.workloads import RESNET18_LAYERS, resnet18_layer
-from compiler.passes.uops import choose_loops
+from compiler.passes.uops import _hazard, arrange_loops, choose_loops
 from compiler.te import Var
 from compiler.tir import Buffer, For, Gemm, TileRef, UopLoop
 
@@ -118,6 +121,72 @@ def test_tiles_in_one_pass_equals_the_list_scheduler(threads: int, chunks: int, 
     one, two = h._tiles.__wrapped__(*args)
     assert one == h._tiles_streams(threads, chunks, 1, *args[2:])
     assert two == h._tiles_streams(threads, chunks, 2, *args[2:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(threads=st.sampled_from([1, 2, 4]),
+       rows=st.lists(st.tuples(st.integers(1, 9), st.integers(0, 400), st.integers(1, 400),
+                               st.integers(0, 200), st.sampled_from([0, 0, 1, 50, 200]),
+                               st.integers(0, 400)), min_size=1, max_size=12))
+def test_tiles_of_many_rows_equal_tiles_of_each(threads: int,
+                                                rows: list[tuple[int, ...]]) -> None:
+    """Chunks up to 9, so the middle chunks are stepped, jumped, or both."""
+    columns = [np.array(col, dtype=np.int64) for col in zip(*rows, strict=True)]
+    one, two = h._tiles_rows(threads, *columns)
+    expect = [h._tiles.__wrapped__(threads, *row) for row in rows]
+    assert list(zip(one.tolist(), two.tolist(), strict=True)) == expect
+
+
+@pytest.mark.parametrize("config,wl", [pytest.param(c, wl, id=f"{c}-{n}")
+                                       for c, n, wl in _cases(shipped_configs())])
+def test_batch_prices_equal_the_plan_of_each_candidate(config: str, wl: Conv2dWorkload) -> None:
+    """C1-C12, with and without bias, on every shipped config: every candidate's cycles,
+    floor, DRAM bytes, bus flag and longest transaction, priced by numpy over the table, equal
+    its plan's, float for float."""
+    cfg = load_config(config)
+    table = h._candidate_table(wl, cfg)
+    if not len(table["tb"]):
+        return
+    priced = h._price(wl, cfg, table)
+    for i, k in enumerate(h.knob_candidates(wl, cfg)):
+        plan = h._plan(wl, k, cfg)
+        assert (priced["cycles"][i], priced["floor"][i], priced["dram_bytes"][i],
+                bool(priced["on_bus"][i]), priced["burst"][i]) == (
+            plan.cycles(), plan.floor(), plan.dram_bytes(), plan.on_bus(), plan.burst), k
+
+
+def _arrange_by_max(chain: list, moving: dict, affine: bool, budget: int,
+                    window: int) -> tuple[list, list, list]:
+    """``arrange_loops``' definition: of every choice of up to two hardware loops, the first
+    (by ``max``) of the highest (hazard-free, nothing peeled, iterations in hardware)."""
+    def arrange(hw: tuple) -> tuple[list, list, list]:
+        kernel = [item for item in chain if item not in hw]
+        peeled = []
+        while kernel and math.prod(n for _, n in kernel) > budget:
+            peeled.append(kernel.pop(0))
+        moves = [item for item in kernel if moving[item[0]] != 0]
+        kernel = [item for item in kernel if item not in moves] + moves
+        return sorted(hw, key=chain.index), kernel, peeled
+
+    def score(hw: tuple) -> tuple[bool, bool, int]:
+        order, kernel, peeled = arrange(hw)
+        return (not _hazard(moving, order, kernel, window), not peeled,
+                math.prod(n for _, n in hw))
+
+    choices = [c for r in (2, 1, 0) for c in itertools.combinations(chain if affine else [], r)]
+    return arrange(max(choices, key=score))
+
+
+@settings(max_examples=300, deadline=None)
+@given(extents=st.lists(st.integers(2, 8), min_size=0, max_size=6),
+       factors=st.lists(st.integers(0, 64), min_size=6, max_size=6), affine=st.booleans(),
+       budget=st.sampled_from([1, 4, 16, 64, 512]), window=st.integers(1, 8))
+def test_arrange_loops_checks_hazards_lazily(extents: list[int], factors: list[int],
+                                             affine: bool, budget: int, window: int) -> None:
+    chain = [(f"v{i}", n) for i, n in enumerate(extents)]
+    moving = {f"v{i}": factors[i] for i in range(len(extents))}
+    assert arrange_loops(chain, moving, affine, budget, window) == _arrange_by_max(
+        chain, moving, affine, budget, window)
 
 
 def _gemm_fold_by_choose_loops(ci: int, kh: int, kw: int, b: int, co: int, hh: int, w: int,

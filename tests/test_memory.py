@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import simpy
 from conftest import original
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from accel.machine import costs
 from accel.machine.builder import ProgramBuilder
 from accel.machine.config import ConfigError, HwConfig, load_config
 from accel.machine.costs import mem_cycles
@@ -286,3 +289,30 @@ def test_a_long_contiguous_load_approaches_the_peak(outstanding: int, low: float
     loads = [s for s in result.stats.timeline if s.module == "load"]
     share = 64 * 1024 / (loads[-1].end - loads[0].start) / cfg.dram.bytes_per_cycle
     assert low <= share <= high
+
+
+def _bursts_done_stepped(bursts: list[int], setup: int, write: bool, cfg: HwConfig) -> int:
+    """When the last burst is done, every burst stepped: the definition ``_bursts_done``
+    shortens once its runs repeat."""
+    bus = DataBus(cfg)
+    done: list[int] = []
+    cycle = setup
+    for i, nbytes in enumerate(bursts):
+        if i >= cfg.dram.max_outstanding:
+            cycle = max(cycle, done[i - cfg.dram.max_outstanding])
+        done.append(bus.grant(cycle, nbytes, write).done)
+        cycle += 1
+    return done[-1] if done else 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(one=st.lists(st.integers(1, 300), min_size=1, max_size=4), runs=st.integers(0, 40),
+       setup=st.integers(0, 3), write=st.booleans(), outstanding=st.sampled_from([1, 2, 3, 8]),
+       latency=st.integers(1, 40), width=st.sampled_from([4, 8, 16]))
+def test_repeated_runs_are_added_as_they_would_be_stepped(one: list[int], runs: int,
+                                                          setup: int, write: bool,
+                                                          outstanding: int, latency: int,
+                                                          width: int) -> None:
+    cfg = _cfg(max_outstanding=outstanding, latency=latency, bytes_per_cycle=width)
+    fast = costs._bursts_done.__wrapped__(tuple(one), runs, setup, write, cfg)
+    assert fast == _bursts_done_stepped(one * runs, setup, write, cfg)

@@ -65,11 +65,14 @@ shorten the run.
 
 from __future__ import annotations
 
+import functools
+
 from accel.machine.config import HwConfig
 from accel.machine.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn, MemType
 from accel.machine.memory import (
     MERGE_SETUP_CYCLES,
     DataBus,
+    burst_runs,
     dram_elem_bytes,
     mem_bursts,
     merges,
@@ -157,14 +160,38 @@ def mem_setup_cycles(insn: MemInsn, cfg: HwConfig) -> int:
 def mem_dram_cycles(insn: MemInsn, cfg: HwConfig) -> int:
     """Cycles from the cycle after a LOAD/STORE's decode to its last transaction's end, with the
     DRAM channel to itself (0 without data)."""
+    return _bursts_done(*burst_runs(insn, cfg), mem_setup_cycles(insn, cfg), insn.store, cfg)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bursts_done(one: tuple[int, ...], runs: int, setup: int, write: bool,
+                 cfg: HwConfig) -> int:
+    """When the last of ``runs`` repeats of the bursts ``one`` (bytes, in order) is done,
+    requested from cycle ``setup`` on, one a cycle, at most ``dram.max_outstanding`` not done.
+
+    Every step is a max of sums, so once a run moves the whole state (the next request's
+    cycle, the bus's free cycle, the last ``max_outstanding`` completions) by the same ``d``,
+    each later run does too: the rest are added as ``d`` each, not stepped (the rows of a
+    LOAD are one such run each). Remembered: a program's LOADs repeat a few shapes."""
     bus = DataBus(cfg)
+    outstanding = cfg.dram.max_outstanding
     done: list[int] = []
-    cycle = mem_setup_cycles(insn, cfg)
-    for i, nbytes in enumerate(mem_bursts(insn, cfg)):
-        if i >= cfg.dram.max_outstanding:
-            cycle = max(cycle, done[i - cfg.dram.max_outstanding])
-        done.append(bus.grant(cycle, nbytes, insn.store).done)
-        cycle += 1
+    cycle = setup
+    before: tuple[int, ...] | None = None
+    for r in range(runs):
+        for nbytes in one:
+            if len(done) >= outstanding:
+                cycle = max(cycle, done[len(done) - outstanding])
+            done.append(bus.grant(cycle, nbytes, write).done)
+            cycle += 1
+        if len(done) < outstanding:
+            continue  # later requests wait on completions not made yet: not yet a state
+        state = (cycle, bus.free, *done[-outstanding:])
+        if before is not None:
+            d = cycle - before[0]
+            if all(now - then == d for now, then in zip(state, before, strict=True)):
+                return done[-1] + (runs - 1 - r) * d
+        before = state
     return done[-1] if done else 0
 
 

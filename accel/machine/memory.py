@@ -49,7 +49,7 @@ from accel.machine.config import HwConfig
 from accel.machine.isa import MemInsn
 
 __all__ = ["MERGE_SETUP_CYCLES", "REQUESTERS", "DataBus", "Transaction", "arbitrate", "beats",
-           "dram_elem_bytes", "mem_bursts", "merges"]
+           "burst_runs", "dram_elem_bytes", "mem_bursts", "merges"]
 
 REQUESTERS = ("fetch", "load", "compute", "store")
 """The DRAM channel's requesters, in fixed-priority order (first wins)."""
@@ -131,10 +131,16 @@ def mem_bursts(insn: MemInsn, cfg: HwConfig) -> list[int]:
     rows merge (:func:`merges`), the ``y_size`` rows are one run of ``y_size * x_size``
     elements split the same way.
     """
+    one, runs = burst_runs(insn, cfg)
+    return list(one) * runs
+
+
+def burst_runs(insn: MemInsn, cfg: HwConfig) -> tuple[tuple[int, ...], int]:
+    """:func:`mem_bursts` as the bursts of one run (a row, or the merged rows) and how many
+    runs repeat them."""
     row = insn.x_size * dram_elem_bytes(insn, cfg)
     if not insn.y_size or not row:
-        return []
+        return (), 0
     burst = cfg.dram.max_burst
     runs, size = (1, insn.y_size * row) if merges(insn, cfg) else (insn.y_size, row)
-    one = [burst] * (size // burst) + ([size % burst] if size % burst else [])
-    return one * runs
+    return (burst,) * (size // burst) + ((size % burst,) if size % burst else ()), runs

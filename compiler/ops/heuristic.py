@@ -44,10 +44,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -377,6 +380,247 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
         kinds=tuple(kinds), burst=min(longest_row, cfg.dram.max_burst))
 
 
+def _each(fn: Callable[..., Any], *columns: np.ndarray) -> np.ndarray:
+    """``fn(*row)`` for every row of the non-negative integer ``columns``, called once per
+    distinct row."""
+    key = np.zeros(len(columns[0]), np.int64)
+    for col in columns:  # one integer per row (mixed radix), for a one-dimensional unique
+        key = key * (int(col.max()) + 1) + col
+    _, first, where = np.unique(key, return_index=True, return_inverse=True)
+    rows = np.stack(columns, axis=1)[first].tolist()
+    return np.array([fn(*row) for row in rows])[where]
+
+
+def _tiles_rows(threads: int, chunks: np.ndarray, load: np.ndarray, gemm: np.ndarray,
+                reset: np.ndarray, epilogue: np.ndarray,
+                stores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_tiles` of rows of ``threads`` virtual threads, the other arguments one column
+    each: the same recurrence, over the rows at once.
+
+    A chunk between a tile's first and last is a max-plus step of the state (load module,
+    compute module, each thread's last GEMM) that adds no reset and no store, so once one
+    such chunk moves every part of a row's state by the same ``d``, every later one does too:
+    the remaining middle chunks are added as ``d`` each, not stepped."""
+    m = len(chunks)
+    lf = np.zeros(m, np.int64)               # load module free
+    cf = np.zeros(m, np.int64)               # compute module free
+    sf = np.zeros(m, np.int64)               # store module free
+    lg = [np.zeros(m, np.int64) for _ in range(threads)]  # each thread's last GEMM's end
+    stored = [np.zeros(m, np.int64) for _ in range(threads)]  # its store of the first tile
+    has_ep = epilogue > 0
+    one = lf
+
+    def chunk(lf: np.ndarray, cf: np.ndarray, lg: list[np.ndarray], load: np.ndarray,
+              gemm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every thread's load and GEMM of a middle chunk (``lg`` updated in place)."""
+        for t in range(threads):
+            lf = np.maximum(lf, lg[t]) + load
+            cf = np.maximum(cf, lf) + gemm
+            lg[t] = cf
+        return lf, cf
+
+    for tile in range(2):
+        # The first chunk: each thread's reset (once its stores of the tile before are done),
+        # load and GEMM; its stores too where it is also the last chunk and no epilogue.
+        store = (chunks == 1) & ~has_ep
+        for t in range(threads):
+            cf = np.maximum(cf, stored[t]) + reset if tile else cf + reset
+            lf = np.maximum(lf, lg[t]) + load
+            cf = np.maximum(cf, lf) + gemm
+            lg[t] = cf
+            sf = np.where(store, np.maximum(sf, cf) + stores, sf)
+            if tile == 0:
+                stored[t] = np.where(store, sf, stored[t])
+        # The middle chunks, on the rows that have them, until each row's steps are even.
+        rows = np.flatnonzero(chunks >= 3)
+        left = chunks[rows] - 2
+        r_lf, r_cf, r_lg = lf[rows], cf[rows], [g[rows] for g in lg]
+        r_load, r_gemm = load[rows], gemm[rows]
+        done_lf, done_cf = r_lf.copy(), r_cf.copy()
+        done_lg = [g.copy() for g in r_lg]
+        at = np.arange(len(rows))
+        while at.size:
+            before = r_lf, r_cf, list(r_lg)
+            r_lf, r_cf = chunk(r_lf, r_cf, r_lg, r_load, r_gemm)
+            left -= 1
+            d = r_lf - before[0]
+            even = r_cf - before[1] == d
+            for g, b in zip(r_lg, before[2], strict=True):
+                even &= g - b == d
+            jump = np.where(even, left, 0) * d
+            finished = even | (left == 0)
+            done_lf[at[finished]] = (r_lf + jump)[finished]
+            done_cf[at[finished]] = (r_cf + jump)[finished]
+            for g, dg in zip(r_lg, done_lg, strict=True):
+                dg[at[finished]] = (g + jump)[finished]
+            keep = ~finished
+            at, left = at[keep], left[keep]
+            r_lf, r_cf, r_lg = r_lf[keep], r_cf[keep], [g[keep] for g in r_lg]
+            r_load, r_gemm = r_load[keep], r_gemm[keep]
+        lf[rows], cf[rows] = done_lf, done_cf
+        for g, dg in zip(lg, done_lg, strict=True):
+            g[rows] = dg
+        # The last chunk (of rows with two or more): loads, GEMMs, and the stores unless an
+        # epilogue follows; then each thread's epilogue and its stores.
+        last = chunks >= 2
+        store = last & ~has_ep
+        for t in range(threads):
+            lf = np.where(last, np.maximum(lf, lg[t]) + load, lf)
+            cf = np.where(last, np.maximum(cf, lf) + gemm, cf)
+            lg[t] = np.where(last, cf, lg[t])
+            sf = np.where(store, np.maximum(sf, cf) + stores, sf)
+            if tile == 0:
+                stored[t] = np.where(store, sf, stored[t])
+        for t in range(threads):
+            cf = np.where(has_ep, cf + epilogue, cf)
+            sf = np.where(has_ep, np.maximum(sf, cf) + stores, sf)
+            if tile == 0:
+                stored[t] = np.where(has_ep, sf, stored[t])
+        if tile == 0:
+            one = np.maximum(np.maximum(lf, cf), sf)
+    return one, np.maximum(np.maximum(lf, cf), sf)
+
+
+def _tiles_table(threads: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_tiles` of every row of the columns (``threads``, ``chunks``, ``load``,
+    ``gemm``, ``reset``, ``epilogue``, ``stores``)."""
+    one = np.zeros(len(threads), np.int64)
+    two = np.zeros(len(threads), np.int64)
+    for t in np.unique(threads).tolist():
+        at = np.flatnonzero(threads == t)
+        one[at], two[at] = _tiles_rows(t, *(col[at] for col in columns))
+    return one, two
+
+
+def _price(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What :func:`_plan` gives of every candidate of the table ``c`` (its columns, as
+    :func:`_candidate_table` has them), as columns: ``cycles``, ``floor``, ``dram_bytes``,
+    ``on_bus`` and ``burst``. The same arithmetic in the same order, so the same floats (a test
+    checks every candidate): numpy over the candidates where the plan is arithmetic, the
+    contract's cost functions once per distinct instruction."""
+    nb, cib, cob = wl.blocks(cfg)
+    kk = wl.kernel_h * wl.kernel_w
+    tb, th, tw, tci, tco, ocn, hn = (c[n] for n in _KNOB_COLUMNS)
+    threads = ocn * hn
+    t_acc = tb * tco * th * tw
+    chunks = cib // tci
+    wgt_cycles = _each(lambda co, ci: _mem_cycles(MemInsn(
+        mem_type=MemType.WGT, y_size=co, x_size=ci * kk, x_stride=cib * kk), cfg), tco, tci)
+    fold = _each(lambda ci, b, co, h, w: _gemm_fold(
+        ci, wl.kernel_h, wl.kernel_w, b, co, h, w, wl.stride_h, wl.stride_w,
+        max(1, cfg.uop_depth // 8), cfg.gemm.depth), tci, tb, tco, th, tw)
+    n_gemm, kernel = fold[:, 0], fold[:, 1]
+    gemm = n_gemm * _each(lambda n: costs.gemm_cycles(_uops(n, GemmInsn), cfg),
+                          tci * kk * t_acc // n_gemm)
+    reload = n_gemm * _each(lambda n: _mem_cycles(MemInsn(mem_type=MemType.UOP, x_size=n,
+                                                          x_stride=n), cfg), kernel)
+    gemm = gemm + np.where(threads * (n_gemm * kernel + 5) > cfg.uop_depth, reload, 0)
+    reset = _each(lambda n: costs.gemm_cycles(_uops(n, GemmInsn, reset=True), cfg), t_acc)
+    post = cfg.store.postproc
+    n_imm = 0 if post else 2 + int(wl.shift > 0)
+    epilogue = n_imm * _each(lambda n: costs.alu_cycles(
+        _uops(n, AluInsn, alu_op=AluOp.MIN, use_imm=True), cfg), t_acc)
+    full = tw == wl.out_width
+    n_stores = np.where(full, tb, tb * tco)
+    store_one = _each(lambda rows, cols, stride: _mem_cycles(MemInsn(
+        store=True, mem_type=MemType.ACC if post else MemType.OUT, y_size=rows, x_size=cols,
+        x_stride=stride), cfg), np.where(full, tco, th), np.where(full, th * tw, tw),
+        np.where(full, wl.out_height * wl.out_width, wl.out_width))
+    cols_out = np.where(full, th * tw, tw)
+    insns = chunks * (tb * tci + n_gemm) + 1 + n_imm + n_stores
+    once = np.zeros(len(tb), np.int64)
+    if wl.bias:
+        if cfg.gemm.reset_from_acc:
+            loaded = np.zeros(len(tb), bool)
+        else:
+            init = _each(lambda b, co, h, w: (lambda i: (i.pays, i.loaded))(bias_init(
+                wl, Conv2dKnobs(tile_b=b, tile_co=co, tile_h=h, tile_w=w), cfg)),
+                tb, tco, th, tw)
+            loaded = init[:, 0].astype(bool)
+            reset = np.where(loaded, init[:, 1], reset)
+            insns = insns + np.where(loaded, tb * tco - 1, 0)
+        resident = _each(lambda n: _mem_cycles(MemInsn(mem_type=MemType.ACC, x_size=n,
+                                                       x_stride=n), cfg), tco * ocn)
+        once = np.where(loaded, 0, resident)
+        if not cfg.gemm.reset_from_acc:
+            add = _each(lambda n: costs.alu_cycles(_uops(n, AluInsn, alu_op=AluOp.ADD), cfg),
+                        t_acc)
+            epilogue = epilogue + np.where(loaded, 0, add)
+            insns = insns + np.where(loaded, 0, 1)
+    batch = costs.fetch_batch_size(cfg)
+    wgt_bytes = tco * tci * kk * cfg.wgt_tile_bytes
+    bpc = cfg.dram.bytes_per_cycle
+    stores = n_stores * store_one
+    blocks = (nb // tb) * (cob // (tco * ocn))
+    once = once * blocks
+    fetch = threads * insns * costs.fetch_cycles(batch, cfg) / batch
+    store_beats = threads * t_acc * cfg.out_tile_bytes / bpc
+    per_kind = blocks / hn
+
+    # The tile kinds by input window, in the plan's order, as columns of (candidates x kinds).
+    m = len(tb)
+    groups = {(h, w): itertools.product(
+        _windows(wl.out_height, h, wl.stride_h, wl.kernel_h, wl.pad_h, wl.height).items(),
+        _windows(wl.out_width, w, wl.stride_w, wl.kernel_w, wl.pad_w, wl.width).items())
+        for h, w in set(zip(th.tolist(), tw.tolist(), strict=True))}
+    windows = {hw: list(product) for hw, product in groups.items()}
+    kinds = max(len(k) for k in windows.values())
+    count = np.zeros((m, kinds), np.int64)
+    ys = np.zeros((m, kinds), np.int64)
+    xs = np.zeros((m, kinds), np.int64)
+    inp_cycles = np.zeros((m, kinds), np.int64)
+    for (h, w), shapes in windows.items():
+        at = np.flatnonzero((th == h) & (tw == w))
+        for j, (((y0, y, y1), n_rows), ((x0, x, x1), n_cols)) in enumerate(shapes):
+            count[at, j], ys[at, j], xs[at, j] = n_rows * n_cols, y, x
+            inp_cycles[at, j] = _mem_cycles(MemInsn(
+                mem_type=MemType.INP, y_size=y, x_size=x, x_stride=wl.width, y_pad_0=y0,
+                y_pad_1=y1, x_pad_0=x0, x_pad_1=x1), cfg)
+    valid = count > 0
+    col = np.newaxis
+    load = (tb * tci)[:, col] * inp_cycles + wgt_cycles[:, col]
+    in_bytes = (tb * tci)[:, col] * ys * xs * cfg.inp_tile_bytes + wgt_bytes[:, col]
+    load_beats = (threads * chunks)[:, col] * in_bytes / bpc
+    longest = np.maximum(cols_out * cfg.out_tile_bytes,
+                         (xs * cfg.inp_tile_bytes).max(axis=1))
+    row, kind = np.nonzero(valid)
+    args = [a[row] for a in (threads, chunks)]
+    one, two = _tiles_table(*args, load[row, kind], gemm[row], reset[row], epilogue[row],
+                            stores[row])
+    # The loads and the stores share the in-order data bus: as _Plan._tiles stretches them.
+    busy = np.maximum(two - one, 1)
+    slow_store = 1 + np.minimum(1.0, load_beats[row, kind] / busy)
+    slow_load = 1 + np.minimum(1.0, store_beats[row] / busy)
+    one, two = _tiles_table(*args, np.round(load[row, kind] * slow_load).astype(np.int64),
+                            gemm[row], reset[row], epilogue[row],
+                            np.round(stores[row] * slow_store).astype(np.int64))
+    beats = load_beats[row, kind] + store_beats[row]
+    tile = np.maximum(np.maximum(two - one, beats), fetch[row])
+
+    def per_candidate(values: np.ndarray, empty: float) -> np.ndarray:
+        out = np.full((m, kinds), empty)
+        out[row, kind] = values
+        return out
+
+    tiles = per_candidate(tile, 0.0)
+    total = np.zeros(m)
+    floor = np.zeros(m)
+    dram = np.zeros(m)
+    work = threads * (chunks * gemm + reset + epilogue)
+    for j in range(kinds):  # summed kind by kind, as the plan sums them
+        n = count[:, j]
+        total = total + n * tiles[:, j]
+        b = load_beats[:, j] + store_beats
+        floor = floor + n * np.maximum(np.maximum(work, b), fetch)
+        dram = dram + n * b
+    first = np.maximum(0.0, per_candidate(one - tile, -np.inf).max(axis=1))
+    return {"cycles": total * per_kind + first + once,
+            "floor": once + per_kind * floor,
+            "dram_bytes": per_kind * bpc * dram,
+            "on_bus": per_candidate(tile * ON_BUS <= beats, True).astype(bool).all(axis=1),
+            "burst": np.minimum(longest, cfg.dram.max_burst)}
+
+
 def estimate_conv2d_cycles(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> float:
     """Cycles of the layer under knobs ``k``, by the model of the module docstring."""
     return _plan(wl, k, cfg).cycles()
@@ -532,22 +776,27 @@ def search_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
     # contention. The arbiter grants whole transactions, so shorter ones interleave the loads'
     # and the stores' beats more finely (ResNet-18's C5 on vta_1x16x16: tiles of 14 x 7
     # outputs 3.5% faster than of 7 x 14, the same estimate).
+    #
+    # The candidates are priced by :func:`_price` in batches of the bound's order, each twice
+    # the one before: a batch may price candidates past the point where one-by-one pricing
+    # would stop, but those have a bound, so an estimate, above the best by more than
+    # NEAR_TIE (the bounds ascend), and change neither the best nor the near-ties.
     bound = _bound(wl, cfg, table)
-    columns = [table[n] for n in _KNOB_COLUMNS]
-    priced: list[tuple[float, int, _Plan, Conv2dKnobs]] = []
+    order = np.argsort(bound, kind="stable")
+    parts: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
     best = float("inf")
-    for i in np.argsort(bound, kind="stable").tolist():
-        if bound[i] > best * (1 + NEAR_TIE):
-            break
-        k = Conv2dKnobs(*(int(col[i]) for col in columns))
-        plan = _plan(wl, k, cfg)
-        cycles = plan.cycles()
-        best = min(best, cycles)
-        priced.append((cycles, i, plan, k))
-
-    def tie_key(p: tuple[float, int, _Plan, Conv2dKnobs]) -> tuple[float, ...]:
-        _, i, plan, k = p
-        return (round(plan.dram_bytes()), -k.nthreads, k.tile_ci,
-                plan.burst if plan.on_bus() else 0, plan.floor(), i)
-
-    return min((p for p in priced if p[0] <= best * (1 + NEAR_TIE)), key=tie_key)[3]
+    start, size = 0, 512
+    while start < len(order) and bound[order[start]] <= best * (1 + NEAR_TIE):
+        at = order[start:start + size]
+        priced = _price(wl, cfg, {n: col[at] for n, col in table.items()})
+        best = min(best, float(priced["cycles"].min()))
+        parts.append((at, priced))
+        start, size = start + size, 2 * size
+    index = np.concatenate([at for at, _ in parts])
+    p = {n: np.concatenate([priced[n] for _, priced in parts]) for n in parts[0][1]}
+    near = np.flatnonzero(p["cycles"] <= best * (1 + NEAR_TIE))
+    i = index[near]
+    key = (i, p["floor"][near], np.where(p["on_bus"][near], p["burst"][near], 0),
+           table["tci"][i], -(table["ocn"][i] * table["hn"][i]), np.round(p["dram_bytes"][near]))
+    pick = i[np.lexsort(key)[0]]
+    return Conv2dKnobs(*(int(table[n][pick]) for n in _KNOB_COLUMNS))

@@ -136,14 +136,22 @@ def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: 
         kernel = [item for item in kernel if item not in moves] + moves
         return sorted(hw, key=chain.index), kernel, peeled
 
-    def score(hw: tuple[tuple[Any, int], ...]) -> tuple[bool, bool, int]:
-        order, kernel, peeled = arrange(hw)
-        safe = not _hazard(moving, order, kernel, window)
-        return safe, not peeled, _size(list(hw))
-
+    # The first choice (two hardware loops, then one, then none) that is free of hazards,
+    # leaves no instruction loop and has the most iterations in hardware; of the unsafe ones
+    # alike where none is safe. The choices are ranked without the hazard, whose check is the
+    # costly part, and checked in that order until one passes.
     candidates = chain if affine else []
     choices = [c for r in (2, 1, 0) for c in itertools.combinations(candidates, r)]
-    return arrange(max(choices, key=score))
+    # (arrange peels instruction loops exactly when the loops left outside the hardware ones
+    # hold more than ``budget`` micro-ops.)
+    whole = _size(chain)
+    ranked = sorted(choices, key=lambda hw: (whole // _size(list(hw)) <= budget,
+                                             _size(list(hw))), reverse=True)
+    for hw in ranked:
+        order, kernel, peeled = arrange(hw)
+        if not _hazard(moving, order, kernel, window):
+            return order, kernel, peeled
+    return arrange(ranked[0])
 
 
 def _hazard(moving: dict[Var, int], hw: list[tuple[Var, int]], kernel: list[tuple[Var, int]],
