@@ -385,7 +385,7 @@ class _Run:
         self.choices: dict[int, int] = {}   # arbitrate's answers by (asking, last grant)
         self.requests: dict[int, tuple[int, bool, Callable[[Any], Any]]] = {}
         self.next_arbitration: int | None = None
-        self.transactions: list[tuple[str, Transaction]] = []
+        self.beats: list[tuple[int, int, int]] = []  # with trace: (first, end, nbytes)
         self.waits: dict[tuple[Any, ...], tuple[int, tuple[tuple[str, int], ...]]] = {}
         if functional:
             self.fsim: FunctionalSimulator | None = FunctionalSimulator(cfg)
@@ -421,7 +421,7 @@ class _Run:
         stats = self.stats
         stats.cycles = finish_cycle
         if self.trace:
-            stats.counters.extend(bandwidth_track(self.transactions))
+            stats.counters.extend(bandwidth_track(self.beats))
         if self.counter is not None:
             fstats = self.counter.stats()
         else:
@@ -581,7 +581,7 @@ class _Run:
         stats.dram_transactions += 1
         stats.dram_busy += end - first
         if self.trace:
-            self.transactions.append((REQUESTERS[who], Transaction(*txn)))
+            self.beats.append((first, end, nbytes))
         if requests:
             if len(dones) >= self.max_outstanding and dones[0] > cycle + 1:
                 # The next cycle's arbitration would find every slot taken.

@@ -12,11 +12,13 @@ synchronised program.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 
 from accel.machine import costs
@@ -470,7 +472,8 @@ class TimingSimulator:
         self._check_leftovers(finished.index)
         self.stats.cycles = finished.cycle
         if self.trace:
-            self.stats.counters.extend(bandwidth_track(self.dram.transactions))
+            self.stats.counters.extend(bandwidth_track(
+                (t.first_beat, t.end_beats, t.nbytes) for _, t in self.dram.transactions))
         self.stats.insn_counts = dict(self.fsim.stats.insn_counts)
         self.stats.actions = self.fsim.stats.actions
         self.stats.actions.add_fetch(len(program.insns), cfg)
@@ -574,16 +577,21 @@ def account_dram_wait(stats: ModuleStats, asks: list[int], txns: list[Transactio
 BANDWIDTH_TRACK = "dram bytes/cycle"
 
 
-def bandwidth_track(txns: list[tuple[str, Transaction]]) -> list[tuple[str, int, float]]:
-    """The data bus's bytes per cycle over time: each transaction's rate from its first beat,
-    0 after its last unless the next one's beats follow at once."""
-    out: list[tuple[str, int, float]] = []
-    ordered = sorted((t for _, t in txns), key=lambda t: t.first_beat)
-    for i, t in enumerate(ordered):
-        out.append((BANDWIDTH_TRACK, t.first_beat, t.nbytes / t.beats))
-        if i + 1 == len(ordered) or ordered[i + 1].first_beat > t.end_beats:
-            out.append((BANDWIDTH_TRACK, t.end_beats, 0.0))
-    return out
+def bandwidth_track(txns: Iterable[tuple[int, int, int]]) -> list[tuple[str, int, float]]:
+    """The data bus's bytes per cycle over time, from the transactions' ``(first_beat,
+    end_beats, nbytes)`` in grant order: each transaction's rate from its first beat, 0 after
+    its last unless the next one's beats follow at once."""
+    rows = np.array(list(txns), dtype=np.int64).reshape(-1, 3)
+    rows = rows[np.argsort(rows[:, 0], kind="stable")]
+    first, end, nbytes = rows[:, 0], rows[:, 1], rows[:, 2]
+    gap = np.ones(len(rows), bool)
+    gap[:-1] = first[1:] > end[:-1]
+    # Each transaction's rate, then (where a gap follows) its zero, in that order.
+    cycles = np.stack([first, end], axis=1).ravel()
+    values = np.stack([nbytes / (end - first), np.zeros(len(rows))], axis=1).ravel()
+    keep = np.stack([np.ones(len(rows), bool), gap], axis=1).ravel()
+    return list(zip(itertools.repeat(BANDWIDTH_TRACK), cycles[keep].tolist(),
+                    values[keep].tolist()))
 
 
 def slice_name(insn: Insn) -> str:

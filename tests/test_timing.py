@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import original
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accel import load_config as load_shipped
 from accel import run_program
@@ -24,7 +26,7 @@ from accel.machine.dram import Dram
 from accel.machine.isa import AluOp, MemType
 from accel.machine.program import Program, ProgramError, SimulationDeadlock
 from sim.stats import SimStats
-from sim.timing import Queue, TimingSimulator
+from sim.timing import BANDWIDTH_TRACK, Queue, TimingSimulator, bandwidth_track
 
 
 def load_config(name: str | None = None) -> HwConfig:
@@ -366,3 +368,25 @@ def test_timing_simulator_rejects_foreign_program() -> None:
     program, dram = chain_program(load_config())
     with pytest.raises(ProgramError, match=r"^program was built for config 1x8x8"):
         TimingSimulator(load_config("vta_1x16x16")).run(program, dram)
+
+
+def _bandwidth_track_by_loop(txns: list[tuple[int, int, int]]) -> list[tuple[str, int, float]]:
+    """The bus's rate track as first written, one transaction at a time: each one's rate
+    from its first beat, 0 after its last unless the next one's beats follow at once."""
+    out: list[tuple[str, int, float]] = []
+    ordered = sorted(txns, key=lambda t: t[0])
+    for i, (first, end, nbytes) in enumerate(ordered):
+        out.append((BANDWIDTH_TRACK, first, nbytes / (end - first)))
+        if i + 1 == len(ordered) or ordered[i + 1][0] > end:
+            out.append((BANDWIDTH_TRACK, end, 0.0))
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(1, 40), st.integers(1, 512)),
+                max_size=30))
+def test_bandwidth_track_equals_its_loop_definition(spans: list[tuple[int, int, int]]) -> None:
+    txns = [(first, first + beats, nbytes) for first, beats, nbytes in spans]
+    got = bandwidth_track(txns)
+    assert got == _bandwidth_track_by_loop(txns)
+    assert all(type(c) is int and type(v) is float for _, c, v in got)

@@ -145,8 +145,9 @@ def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: 
     # (arrange peels instruction loops exactly when the loops left outside the hardware ones
     # hold more than ``budget`` micro-ops.)
     whole = _size(chain)
-    ranked = sorted(choices, key=lambda hw: (whole // _size(list(hw)) <= budget,
-                                             _size(list(hw))), reverse=True)
+    sizes = [_size(list(hw)) for hw in choices]
+    ranked = [choices[i] for i in sorted(range(len(choices)), reverse=True,
+                                         key=lambda i: (whole // sizes[i] <= budget, sizes[i]))]
     for hw in ranked:
         order, kernel, peeled = arrange(hw)
         if not _hazard(moving, order, kernel, window):
