@@ -239,3 +239,23 @@ def test_cli_show_prints_config_and_derived(capsys: pytest.CaptureFixture[str]) 
     assert out.startswith("# 1x16x16_i8w8a32_u32k_i32k_w256k_a128k_o8_rr_pp_ra")
     assert "peak_macs_per_cycle: 256" in out
     assert "instruction_bits: {LOAD: 119, STORE: 124, GEMM: 128, FINISH: 7, ALU: 126}" in out
+
+
+def test_a_pickled_config_hashes_as_one_loaded_in_the_process_that_reads_it() -> None:
+    """The hash a config remembers is not pickled: string hashes differ between processes
+    (a sweep's workers), and a carried-over hash would miss every cache keyed by configs."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    cfg = load_config("default")
+    hash(cfg)  # remembered here
+    data = pickle.dumps(cfg).hex()
+    code = ("import pickle, sys; from accel.machine.config import load_config; "
+            f"c = pickle.loads(bytes.fromhex('{data}')); "
+            "sys.exit(0 if hash(c) == hash(load_config('default')) and c in {load_config("
+            "'default'): 1} else 1)")
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0

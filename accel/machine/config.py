@@ -254,6 +254,19 @@ class HwConfig:
     def __post_init__(self) -> None:
         _validate(self)
 
+    def __hash__(self) -> int:
+        """The fields' hash (those that take part in equality), computed once: configs key
+        the contract's and the compiler's caches, asked hundreds of thousands of times in a
+        knob search. Not pickled (:meth:`__getstate__`): string hashes differ by process."""
+        known = self.__dict__.get("_hash")
+        if known is None:
+            known = hash(tuple(getattr(self, f.name) for f in fields(self) if f.compare))
+            object.__setattr__(self, "_hash", known)
+        return known
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_dict(cls, data: Any, source: str = "<dict>") -> HwConfig:
