@@ -175,10 +175,9 @@ def _repeats(coeffs: tuple[int, ...], extents: tuple[int, ...], window: int) -> 
     size = _size([(None, n) for n in extents])  # type: ignore[misc]
     if size > 1 << 18:
         return False
-    seq = np.zeros(size, dtype=np.int64)
-    for k, (c, n) in enumerate(zip(coeffs, extents, strict=True)):
-        inner = _size([(None, m) for m in extents[k + 1 :]])  # type: ignore[misc]
-        seq += c * ((np.arange(size) // inner) % n)
+    seq = np.zeros(1, dtype=np.int64)
+    for c, n in zip(coeffs, extents, strict=True):  # outer first: each loop nests inside
+        seq = np.add.outer(seq, c * np.arange(n, dtype=np.int64)).ravel()
     return any(np.any(seq[d:] == seq[:-d]) for d in range(1, min(window, size)))
 
 
