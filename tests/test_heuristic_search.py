@@ -189,6 +189,23 @@ def test_arrange_loops_checks_hazards_lazily(extents: list[int], factors: list[i
         chain, moving, affine, budget, window)
 
 
+@settings(max_examples=500, deadline=None)
+@given(extents=st.tuples(*[st.integers(1, 9)] * 7), split=st.integers(0, 2),
+       order=st.permutations(range(7)), window=st.integers(1, 9))
+def test_dense_hazard_equals_the_sequence_check(extents: tuple[int, ...], split: int,
+                                                order: list[int], window: int) -> None:
+    """Any arrangement of the conv nest's loops as hardware (the first ``split``, in nest
+    order) and kernel loops (reductions first, as arrange_loops orders them)."""
+    names = ("ic", "kh", "kw", "n", "o", "y", "x")
+    co, hh, w = extents[4:]
+    moves = {"ic": 0, "kh": 0, "kw": 0, "n": co * hh * w, "o": hh * w, "y": w, "x": 1}
+    loops = [(names[i], extents[i]) for i in order if extents[i] > 1]
+    hw = sorted(loops[:split], key=lambda item: names.index(item[0]))
+    kernel = loops[split:]
+    kernel = [i for i in kernel if moves[i[0]] == 0] + [i for i in kernel if moves[i[0]]]
+    assert h._dense_hazard(hw, kernel, window) == _hazard(moves, hw, kernel, window)
+
+
 def _gemm_fold_by_choose_loops(ci: int, kh: int, kw: int, b: int, co: int, hh: int, w: int,
                                sh: int, sw: int, budget: int, window: int) -> tuple[int, int]:
     """The fold as it was computed: a real Gemm over TE variables through choose_loops."""
@@ -211,7 +228,7 @@ def _gemm_fold_by_choose_loops(ci: int, kh: int, kw: int, b: int, co: int, hh: i
     return n, math.prod(e for _, e in node.kernel_loops)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(ci=st.integers(1, 8), kh=st.sampled_from([1, 3, 7]), kw=st.sampled_from([1, 3, 7]),
        b=st.integers(1, 3), co=st.integers(1, 8), hh=st.integers(1, 16), w=st.integers(1, 16),
        sh=st.integers(1, 2), sw=st.integers(1, 2), budget=st.sampled_from([1, 8, 64, 512]),

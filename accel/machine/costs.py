@@ -74,7 +74,6 @@ from accel.machine.memory import (
     DataBus,
     burst_runs,
     dram_elem_bytes,
-    mem_bursts,
     merges,
 )
 from accel.machine.program import Program
@@ -150,7 +149,7 @@ def mem_setup_cycles(insn: MemInsn, cfg: HwConfig) -> int:
     """Cycles between a LOAD/STORE's decode and the cycle before its first request: a merged
     run's setup, a STORE ACC's post-processing pipeline, the larger when both (the RTL does
     them side by side); 0 for everything else, and without data."""
-    if not mem_bursts(insn, cfg):
+    if not (insn.y_size and insn.x_size):  # no bursts (mem_bursts is empty)
         return 0
     post = insn.store and insn.mem_type is MemType.ACC
     return max(MERGE_SETUP_CYCLES if merges(insn, cfg) else 0,
@@ -182,7 +181,7 @@ def _bursts_done(one: tuple[int, ...], runs: int, setup: int, write: bool,
         for nbytes in one:
             if len(done) >= outstanding:
                 cycle = max(cycle, done[len(done) - outstanding])
-            done.append(bus.grant(cycle, nbytes, write).done)
+            done.append(bus.place(cycle, nbytes, write)[2])
             cycle += 1
         if len(done) < outstanding:
             continue  # later requests wait on completions not made yet: not yet a state

@@ -102,12 +102,15 @@ class DataBus:
 
     def grant(self, cycle: int, nbytes: int, write: bool) -> Transaction:
         """Place the beats of a transaction granted in ``cycle``; return its cycles."""
+        return Transaction(cycle, *self.place(cycle, nbytes, write), nbytes, write)
+
+    def place(self, cycle: int, nbytes: int, write: bool) -> tuple[int, int, int]:
+        """:meth:`grant`'s cycles alone: its first beat, the end of its beats, done."""
         latency = self.cfg.dram.latency
         first = max(cycle + (1 if write else latency), self.free)
         end = first + beats(nbytes, self.cfg)
         self.free = end
-        done = end + latency - 1 if write else end
-        return Transaction(cycle, first, end, done, nbytes, write)
+        return first, end, end + latency - 1 if write else end
 
 
 def dram_elem_bytes(insn: MemInsn, cfg: HwConfig) -> int:

@@ -223,6 +223,28 @@ def _tiles(threads: int, chunks: int, load: int, gemm: int, reset: int, epilogue
     return one, max(load_free, compute_free, store_free)
 
 
+def _dense_hazard(hw: list[tuple[str, int]], kernel: list[tuple[str, int]],
+                  window: int) -> bool:
+    """``compiler.passes.uops._hazard`` for :func:`_gemm_fold`'s nest, without building the
+    destination sequence. The destination is dense over the loops that move it (n, o, y, x: no
+    two of their index tuples share an accumulator), so it repeats only across a reduction
+    loop (ic, kh, kw), first after the micro-ops nested inside the innermost one: a hazard
+    when those are fewer than ``window``. As ``_hazard``, with the first hardware loop at
+    two iterations and no hazard found in a sequence over 2**18 micro-ops."""
+    loops = hw + kernel
+    extents = [n for _, n in loops]
+    if hw:
+        extents[0] = min(extents[0], 2)
+    if math.prod(extents) > 1 << 18:
+        return False
+    inner = 1
+    for (var, _), n in zip(reversed(loops), reversed(extents), strict=True):
+        if var in ("ic", "kh", "kw"):
+            return inner < window
+        inner *= n
+    return False
+
+
 @functools.lru_cache(maxsize=16384)
 def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: int, sw: int,
                budget: int, window: int) -> tuple[int, int]:
@@ -237,7 +259,8 @@ def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: i
     moves = {"ic": 0, "kh": 0, "kw": 0, "n": co * h * w, "o": h * w, "y": w, "x": 1}
     extents = (ci, kh, kw, b, co, h, w)
     chain = [(var, n) for var, n in zip(moves, extents, strict=True) if n > 1]
-    _, kernel, peeled = arrange_loops(chain, moves, True, budget, window)
+    _, kernel, peeled = arrange_loops(chain, moves, True, budget, window,
+                                      hazard=functools.partial(_dense_hazard, window=window))
     return math.prod(n for _, n in peeled), math.prod(n for _, n in kernel)
 
 

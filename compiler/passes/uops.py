@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,12 +122,18 @@ def choose_loops(loop: UopLoop, budget: int, window: int) -> Stmt:
 
 
 def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: bool,
-                  budget: int, window: int) -> tuple[list, list, list]:
+                  budget: int, window: int,
+                  hazard: Callable[[list, list], bool] | None = None) -> tuple[list, list, list]:
     """The choice of :func:`choose_loops` on a nest given by its loops alone: ``chain`` the
     (variable, extent) loops outer first, ``moving`` the destination index's factor per
     variable, ``affine`` whether every index is affine (else no hardware loops). Returns the
     hardware loops (in nest order), the kernel loops and the peeled instruction loops. The
-    variables can be any hashable names (the cost model passes strings)."""
+    variables can be any hashable names (the cost model passes strings). ``hazard(hw,
+    kernel)`` stands for :func:`_hazard` where a caller knows its nest's answer in closed form
+    (the cost model's dense convolution nest)."""
+    if hazard is None:
+        hazard = functools.partial(_hazard, moving, window=window)
+
     def arrange(hw: tuple[tuple[Any, int], ...]) -> tuple[list, list, list]:
         kernel = [item for item in chain if item not in hw]
         peeled: list[tuple[Any, int]] = []
@@ -150,7 +157,7 @@ def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: 
                                          key=lambda i: (whole // sizes[i] <= budget, sizes[i]))]
     for hw in ranked:
         order, kernel, peeled = arrange(hw)
-        if not _hazard(moving, order, kernel, window):
+        if not hazard(order, kernel):
             return order, kernel, peeled
     return arrange(ranked[0])
 
