@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -141,7 +142,7 @@ def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: 
             peeled.append(kernel.pop(0))
         moves = [item for item in kernel if moving[item[0]] != 0]
         kernel = [item for item in kernel if item not in moves] + moves
-        return sorted(hw, key=chain.index), kernel, peeled
+        return list(hw), kernel, peeled  # combinations keep the nest's order
 
     # The first choice (two hardware loops, then one, then none) that is free of hazards,
     # leaves no instruction loop and has the most iterations in hardware; of the unsafe ones
@@ -152,7 +153,7 @@ def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: 
     # (arrange peels instruction loops exactly when the loops left outside the hardware ones
     # hold more than ``budget`` micro-ops.)
     whole = _size(chain)
-    sizes = [_size(list(hw)) for hw in choices]
+    sizes = [math.prod(n for _, n in hw) for hw in choices]
     ranked = [choices[i] for i in sorted(range(len(choices)), reverse=True,
                                          key=lambda i: (whole // sizes[i] <= budget, sizes[i]))]
     for hw in ranked:
