@@ -414,62 +414,65 @@ def _each(fn: Callable[..., Any], *columns: np.ndarray) -> np.ndarray:
     return np.array([fn(*row) for row in rows])[where]
 
 
-def _tiles_rows(threads: int, chunks: np.ndarray, load: np.ndarray, gemm: np.ndarray,
+def _tiles_rows(threads: np.ndarray, chunks: np.ndarray, load: np.ndarray, gemm: np.ndarray,
                 reset: np.ndarray, epilogue: np.ndarray,
                 stores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_tiles` of rows of ``threads`` virtual threads, the other arguments one column
-    each: the same recurrence, over the rows at once.
+    """:func:`_tiles` of many rows, each argument one column: the same recurrence over the
+    rows at once, thread ``t`` of the most any row has stepping only the rows with more than
+    ``t`` threads.
 
     A chunk between a tile's first and last is a max-plus step of the state (load module,
     compute module, each thread's last GEMM) that adds no reset and no store, so once one
     such chunk moves every part of a row's state by the same ``d``, every later one does too:
     the remaining middle chunks are added as ``d`` each, not stepped."""
     m = len(chunks)
+    most = int(threads.max()) if m else 0
+    has = [threads > t for t in range(most)]  # the rows with a thread t
     lf = np.zeros(m, np.int64)               # load module free
     cf = np.zeros(m, np.int64)               # compute module free
     sf = np.zeros(m, np.int64)               # store module free
-    lg = [np.zeros(m, np.int64) for _ in range(threads)]  # each thread's last GEMM's end
-    stored = [np.zeros(m, np.int64) for _ in range(threads)]  # its store of the first tile
+    lg = [np.zeros(m, np.int64) for _ in range(most)]      # each thread's last GEMM's end
+    stored = [np.zeros(m, np.int64) for _ in range(most)]  # its store of the first tile
     has_ep = epilogue > 0
     one = lf
 
-    def chunk(lf: np.ndarray, cf: np.ndarray, lg: list[np.ndarray], load: np.ndarray,
-              gemm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every thread's load and GEMM of a middle chunk (``lg`` updated in place)."""
-        for t in range(threads):
-            lf = np.maximum(lf, lg[t]) + load
-            cf = np.maximum(cf, lf) + gemm
-            lg[t] = cf
+    def step(t: int, on: np.ndarray, lf: np.ndarray, cf: np.ndarray, lg: list[np.ndarray],
+             load: np.ndarray, gemm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Thread ``t``'s load and GEMM on the rows ``on`` (``lg`` updated in place)."""
+        lf = np.where(on, np.maximum(lf, lg[t]) + load, lf)
+        cf = np.where(on, np.maximum(cf, lf) + gemm, cf)
+        lg[t] = np.where(on, cf, lg[t])
         return lf, cf
 
     for tile in range(2):
         # The first chunk: each thread's reset (once its stores of the tile before are done),
         # load and GEMM; its stores too where it is also the last chunk and no epilogue.
         store = (chunks == 1) & ~has_ep
-        for t in range(threads):
-            cf = np.maximum(cf, stored[t]) + reset if tile else cf + reset
-            lf = np.maximum(lf, lg[t]) + load
-            cf = np.maximum(cf, lf) + gemm
-            lg[t] = cf
-            sf = np.where(store, np.maximum(sf, cf) + stores, sf)
+        for t in range(most):
+            on = has[t]
+            cf = np.where(on, (np.maximum(cf, stored[t]) if tile else cf) + reset, cf)
+            lf, cf = step(t, on, lf, cf, lg, load, gemm)
+            sf = np.where(on & store, np.maximum(sf, cf) + stores, sf)
             if tile == 0:
-                stored[t] = np.where(store, sf, stored[t])
+                stored[t] = np.where(on & store, sf, stored[t])
         # The middle chunks, on the rows that have them, until each row's steps are even.
         rows = np.flatnonzero(chunks >= 3)
         left = chunks[rows] - 2
         r_lf, r_cf, r_lg = lf[rows], cf[rows], [g[rows] for g in lg]
+        r_has = [h[rows] for h in has]
         r_load, r_gemm = load[rows], gemm[rows]
         done_lf, done_cf = r_lf.copy(), r_cf.copy()
         done_lg = [g.copy() for g in r_lg]
         at = np.arange(len(rows))
         while at.size:
             before = r_lf, r_cf, list(r_lg)
-            r_lf, r_cf = chunk(r_lf, r_cf, r_lg, r_load, r_gemm)
+            for t in range(most):
+                r_lf, r_cf = step(t, r_has[t], r_lf, r_cf, r_lg, r_load, r_gemm)
             left -= 1
             d = r_lf - before[0]
             even = r_cf - before[1] == d
-            for g, b in zip(r_lg, before[2], strict=True):
-                even &= g - b == d
+            for g, b, h in zip(r_lg, before[2], r_has, strict=True):
+                even &= (g - b == d) | ~h
             jump = np.where(even, left, 0) * d
             finished = even | (left == 0)
             done_lf[at[finished]] = (r_lf + jump)[finished]
@@ -479,6 +482,7 @@ def _tiles_rows(threads: int, chunks: np.ndarray, load: np.ndarray, gemm: np.nda
             keep = ~finished
             at, left = at[keep], left[keep]
             r_lf, r_cf, r_lg = r_lf[keep], r_cf[keep], [g[keep] for g in r_lg]
+            r_has = [h[keep] for h in r_has]
             r_load, r_gemm = r_load[keep], r_gemm[keep]
         lf[rows], cf[rows] = done_lf, done_cf
         for g, dg in zip(lg, done_lg, strict=True):
@@ -487,32 +491,21 @@ def _tiles_rows(threads: int, chunks: np.ndarray, load: np.ndarray, gemm: np.nda
         # epilogue follows; then each thread's epilogue and its stores.
         last = chunks >= 2
         store = last & ~has_ep
-        for t in range(threads):
-            lf = np.where(last, np.maximum(lf, lg[t]) + load, lf)
-            cf = np.where(last, np.maximum(cf, lf) + gemm, cf)
-            lg[t] = np.where(last, cf, lg[t])
-            sf = np.where(store, np.maximum(sf, cf) + stores, sf)
+        for t in range(most):
+            on = has[t]
+            lf, cf = step(t, on & last, lf, cf, lg, load, gemm)
+            sf = np.where(on & store, np.maximum(sf, cf) + stores, sf)
             if tile == 0:
-                stored[t] = np.where(store, sf, stored[t])
-        for t in range(threads):
-            cf = np.where(has_ep, cf + epilogue, cf)
-            sf = np.where(has_ep, np.maximum(sf, cf) + stores, sf)
+                stored[t] = np.where(on & store, sf, stored[t])
+        for t in range(most):
+            on = has[t] & has_ep
+            cf = np.where(on, cf + epilogue, cf)
+            sf = np.where(on, np.maximum(sf, cf) + stores, sf)
             if tile == 0:
-                stored[t] = np.where(has_ep, sf, stored[t])
+                stored[t] = np.where(on, sf, stored[t])
         if tile == 0:
             one = np.maximum(np.maximum(lf, cf), sf)
     return one, np.maximum(np.maximum(lf, cf), sf)
-
-
-def _tiles_table(threads: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_tiles` of every row of the columns (``threads``, ``chunks``, ``load``,
-    ``gemm``, ``reset``, ``epilogue``, ``stores``)."""
-    one = np.zeros(len(threads), np.int64)
-    two = np.zeros(len(threads), np.int64)
-    for t in np.unique(threads).tolist():
-        at = np.flatnonzero(threads == t)
-        one[at], two[at] = _tiles_rows(t, *(col[at] for col in columns))
-    return one, two
 
 
 def _price(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -608,13 +601,13 @@ def _price(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> dict[
                          (xs * cfg.inp_tile_bytes).max(axis=1))
     row, kind = np.nonzero(valid)
     args = [a[row] for a in (threads, chunks)]
-    one, two = _tiles_table(*args, load[row, kind], gemm[row], reset[row], epilogue[row],
+    one, two = _tiles_rows(*args, load[row, kind], gemm[row], reset[row], epilogue[row],
                             stores[row])
     # The loads and the stores share the in-order data bus: as _Plan._tiles stretches them.
     busy = np.maximum(two - one, 1)
     slow_store = 1 + np.minimum(1.0, load_beats[row, kind] / busy)
     slow_load = 1 + np.minimum(1.0, store_beats[row] / busy)
-    one, two = _tiles_table(*args, np.round(load[row, kind] * slow_load).astype(np.int64),
+    one, two = _tiles_rows(*args, np.round(load[row, kind] * slow_load).astype(np.int64),
                             gemm[row], reset[row], epilogue[row],
                             np.round(stores[row] * slow_store).astype(np.int64))
     beats = load_beats[row, kind] + store_beats[row]
