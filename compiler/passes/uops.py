@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -153,7 +152,7 @@ def arrange_loops(chain: list[tuple[Any, int]], moving: dict[Any, int], affine: 
     # (arrange peels instruction loops exactly when the loops left outside the hardware ones
     # hold more than ``budget`` micro-ops.)
     whole = _size(chain)
-    sizes = [math.prod(n for _, n in hw) for hw in choices]
+    sizes = [hw[0][1] * hw[1][1] if len(hw) == 2 else hw[0][1] if hw else 1 for hw in choices]
     ranked = [choices[i] for i in sorted(range(len(choices)), reverse=True,
                                          key=lambda i: (whole // sizes[i] <= budget, sizes[i]))]
     for hw in ranked:
