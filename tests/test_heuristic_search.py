@@ -203,7 +203,7 @@ def test_dense_hazard_equals_the_sequence_check(extents: tuple[int, ...], split:
     hw = sorted(loops[:split], key=lambda item: names.index(item[0]))
     kernel = loops[split:]
     kernel = [i for i in kernel if moves[i[0]] == 0] + [i for i in kernel if moves[i[0]]]
-    assert h._dense_hazard(hw, kernel, window) == _hazard(moves, hw, kernel, window)
+    assert h._dense_hazard(moves, hw, kernel, window) == _hazard(moves, hw, kernel, window)
 
 
 def _gemm_fold_by_choose_loops(ci: int, kh: int, kw: int, b: int, co: int, hh: int, w: int,

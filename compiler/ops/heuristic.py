@@ -223,14 +223,15 @@ def _tiles(threads: int, chunks: int, load: int, gemm: int, reset: int, epilogue
     return one, max(load_free, compute_free, store_free)
 
 
-def _dense_hazard(hw: list[tuple[str, int]], kernel: list[tuple[str, int]],
-                  window: int) -> bool:
+def _dense_hazard(moving: dict[str, int], hw: list[tuple[str, int]],
+                  kernel: list[tuple[str, int]], window: int) -> bool:
     """``compiler.passes.uops._hazard`` for :func:`_gemm_fold`'s nest, without building the
     destination sequence. The destination is dense over the loops that move it (n, o, y, x: no
     two of their index tuples share an accumulator), so it repeats only across a reduction
-    loop (ic, kh, kw), first after the micro-ops nested inside the innermost one: a hazard
-    when those are fewer than ``window``. As ``_hazard``, with the first hardware loop at
-    two iterations and no hazard found in a sequence over 2**18 micro-ops."""
+    loop (ic, kh, kw: factor 0 in ``moving``), first after the micro-ops nested inside the
+    innermost one: a hazard when those are fewer than ``window``. As ``_hazard``, with the
+    first hardware loop at two iterations and no hazard found in a sequence over 2**18
+    micro-ops."""
     loops = hw + kernel
     extents = [n for _, n in loops]
     if hw:
@@ -239,7 +240,7 @@ def _dense_hazard(hw: list[tuple[str, int]], kernel: list[tuple[str, int]],
         return False
     inner = 1
     for (var, _), n in zip(reversed(loops), reversed(extents), strict=True):
-        if var in ("ic", "kh", "kw"):
+        if not moving[var]:
             return inner < window
         inner *= n
     return False
@@ -260,7 +261,7 @@ def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: i
     extents = (ci, kh, kw, b, co, h, w)
     chain = [(var, n) for var, n in zip(moves, extents, strict=True) if n > 1]
     _, kernel, peeled = arrange_loops(chain, moves, True, budget, window,
-                                      hazard=functools.partial(_dense_hazard, window=window))
+                                      hazard=functools.partial(_dense_hazard, moves, window=window))
     return math.prod(n for _, n in peeled), math.prod(n for _, n in kernel)
 
 
@@ -549,9 +550,12 @@ def _price(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> dict[
         if cfg.gemm.reset_from_acc:
             loaded = np.zeros(len(tb), bool)
         else:
-            init = _each(lambda b, co, h, w: (lambda i: (i.pays, i.loaded))(bias_init(
-                wl, Conv2dKnobs(tile_b=b, tile_co=co, tile_h=h, tile_w=w), cfg)),
-                tb, tco, th, tw)
+            def bias_row(b: int, co: int, h: int, w: int) -> tuple[bool, int]:
+                init = bias_init(wl, Conv2dKnobs(tile_b=b, tile_co=co, tile_h=h, tile_w=w),
+                                 cfg)
+                return init.pays, init.loaded
+
+            init = _each(bias_row, tb, tco, th, tw)
             loaded = init[:, 0].astype(bool)
             reset = np.where(loaded, init[:, 1], reset)
             insns = insns + np.where(loaded, tb * tco - 1, 0)
@@ -575,11 +579,10 @@ def _price(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> dict[
 
     # The tile kinds by input window, in the plan's order, as columns of (candidates x kinds).
     m = len(tb)
-    groups = {(h, w): itertools.product(
+    windows = {(h, w): list(itertools.product(
         _windows(wl.out_height, h, wl.stride_h, wl.kernel_h, wl.pad_h, wl.height).items(),
-        _windows(wl.out_width, w, wl.stride_w, wl.kernel_w, wl.pad_w, wl.width).items())
+        _windows(wl.out_width, w, wl.stride_w, wl.kernel_w, wl.pad_w, wl.width).items()))
         for h, w in set(zip(th.tolist(), tw.tolist(), strict=True))}
-    windows = {hw: list(product) for hw, product in groups.items()}
     kinds = max(len(k) for k in windows.values())
     count = np.zeros((m, kinds), np.int64)
     ys = np.zeros((m, kinds), np.int64)
