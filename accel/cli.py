@@ -88,6 +88,45 @@ def cmd_config_list(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- device
+def cmd_device_show(args: argparse.Namespace) -> int:
+    from accel.machine.fpga import load_device
+
+    dev = load_device(args.device)
+    if args.json:
+        print(json.dumps({"name": dev.name, **dev.to_dict()}, indent=2))
+        return 0
+    print(f"# {dev.name}  (from {dev.source})")
+    print(yaml.safe_dump(dev.to_dict(), sort_keys=False, default_flow_style=None).rstrip())
+    return 0
+
+
+def cmd_device_validate(args: argparse.Namespace) -> int:
+    from accel.machine.fpga import load_device
+
+    dev = load_device(Path(args.path))
+    print(f"{args.path}: ok ({dev.part}, {dev.family})")
+    return 0
+
+
+def cmd_device_list(args: argparse.Namespace) -> int:
+    from accel.machine.fpga import load_device, shipped_devices
+
+    devices = [load_device(name) for name in shipped_devices()]
+    if args.json:
+        print(json.dumps([{"name": d.name, **d.budget(), "clock_mhz": d.clock_mhz,
+                           "part": d.part, "description": d.description} for d in devices],
+                         indent=2))
+        return 0
+    wide = max(len(d.name) for d in devices)
+    print(f"{'name':<{wide}} {'LUTs':>7} {'FFs':>7} {'DSPs':>5} {'BRAMs':>5} {'MHz':>4}  part")
+    for d in devices:
+        b = d.budget()
+        print(f"{d.name:<{wide}} {b['luts']:>7} {b['ffs']:>7} {b['dsps']:>5} {b['brams']:>5} "
+              f"{d.clock_mhz:>4g}  {d.part}: {d.description}")
+    return 0
+
+
 # ---------------------------------------------------------------------- programs
 def cmd_asm(args: argparse.Namespace) -> int:
     from accel.machine.program import ProgramError, assemble_file
@@ -374,6 +413,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print JSON (name, canonical name, description of each)")
     p.set_defaults(func=cmd_config_list)
+
+    p_dev = sub.add_parser("device", help="show, validate or list FPGA parts (budgets)")
+    dev_sub = p_dev.add_subparsers(dest="device_command", metavar="ACTION")
+    dev_sub.required = True
+    p = dev_sub.add_parser("show", help="print a part's resources and clock")
+    p.add_argument("device", help="shipped part name (ecp5-45f, zynq-7020, ...) or YAML path")
+    p.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    p.set_defaults(func=cmd_device_show)
+    p = dev_sub.add_parser("validate", help="check a device YAML file; exit 0 or 2 with one "
+                           "line")
+    p.add_argument("path", help="device YAML file")
+    p.set_defaults(func=cmd_device_validate)
+    p = dev_sub.add_parser("list", help="list the shipped parts")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_device_list)
 
     p = sub.add_parser("run", help="run a network (zoo name or .onnx) through a backend")
     p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50, bert_tiny, "
