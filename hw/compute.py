@@ -64,7 +64,7 @@ from hw.queues import token_stream
 from hw.sram import BufferRead, BufferWrite, SramBuffer, late_mux
 
 __all__ = ["ALU_PICK", "COMPUTE_PRE", "CROSS_PARTS", "AluLane", "Compute", "GemmCore",
-           "alu_op", "alu_pick", "compute_predecode", "mul_low_cross_parts"]
+           "alu_op", "alu_pick", "compute_predecode", "mul_low_cross_parts", "uop_read_lanes"]
 
 CROSS_PARTS = 4
 """Partial sums of MUL's LUT cross terms (ECP5's netlist) registered in stage 5 and added in
@@ -394,6 +394,12 @@ class GemmCore(wiring.Component):
         return m
 
 
+def uop_read_lanes(params: RtlParams) -> int:
+    """Micro-ops one read of the micro-op buffer returns: two at least, so that the reader can
+    pick the next while it issues one."""
+    return max(2, params.buffers["uop"].lanes)
+
+
 _FACTORS = ("dst_out", "dst_in", "src_out", "src_in", "wgt_out", "wgt_in")
 """The loop instruction's index factors: ``i * <k>_out + j * <k>_in`` is added to each micro-op's
 index ``k``."""
@@ -613,7 +619,7 @@ class Compute(CommandUnit):
             start_when={"loop": _starts_loop, "load": _starts_load})
         m.submodules.engine = eng = LoadEngine(p, (MemType.UOP, MemType.ACC))
         m.submodules.uop_buffer = uop_buf = SramBuffer(p.buffers["uop"], transparent=False,
-                                                       read_lanes=max(2, p.buffers["uop"].lanes),
+                                                       read_lanes=uop_read_lanes(p),
                                                        write_register=True, pick=True)
         m.submodules.acc_buffer = acc_buf = SramBuffer(p.buffers["acc"], transparent=False)
         m.submodules.gemm_core = core = GemmCore(p)

@@ -94,6 +94,12 @@ class Fetch(wiring.Component):
                 members[f"pre_{q}"] = Out(self._pre_widths[q])
         super().__init__(members)
 
+    @property
+    def pre_entry_bits(self) -> int:
+        """Bits fetch keeps beside each buffered instruction: its queue's index and every
+        queue's predecoded bits."""
+        return _TARGET_BITS + sum(self._pre_widths.values())
+
     def pre_bits(self, queue: str) -> int:
         """Width of ``pre_<queue>`` (0 when that queue has no predecode)."""
         return self._pre_widths.get(queue, 0)
@@ -122,7 +128,7 @@ class Fetch(wiring.Component):
         # Each instruction's queue and predecoded bits, formed as it arrives, in a buffer of
         # their own addressed like the instructions': no compare of the instruction lies
         # between the buffer and the queues.
-        pre_bits = _TARGET_BITS + sum(self._pre_widths.values())
+        pre_bits = self.pre_entry_bits
         pg = BufferGeometry(name="insn_pre", elem_bits=pre_bits, store_bits=pre_bits,
                             depth=g.depth, lanes=g.lanes, beats_per_elem=1)
         m.submodules.pre_buffer = pbuf = SramBuffer(pg)

@@ -169,15 +169,8 @@ class SramBuffer(wiring.Component):
     def __init__(self, geom: BufferGeometry, transparent: bool = True,
                  read_lanes: int | None = None, write_register: bool = False,
                  pick: bool = False) -> None:
+        banks = self.banks_of(geom, read_lanes)
         read_lanes = geom.lanes if read_lanes is None else read_lanes
-        if read_lanes < 1 or read_lanes & (read_lanes - 1):
-            raise ValueError(f"read_lanes must be a power of two, not {read_lanes}")
-        banks = max(geom.lanes, read_lanes)
-        if geom.depth % banks:
-            raise ValueError(
-                f"{geom.name} buffer depth {geom.depth} is not a multiple of its "
-                f"{banks} lanes"
-            )
         self._geom = geom
         self._transparent = transparent
         self._write_register = write_register
@@ -188,6 +181,27 @@ class SramBuffer(wiring.Component):
                           "force": In(1), "forced": In(geom.elem_bits)})
         self._pick = pick
         super().__init__(ports)
+
+    @staticmethod
+    def banks_of(geom: BufferGeometry, read_lanes: int | None = None) -> int:
+        """The banks a buffer of ``geom`` read ``read_lanes`` at a time is built of, each a
+        memory of ``geom.depth // banks`` rows of ``geom.store_bits``.
+
+        Raises
+        ------
+        ValueError
+            ``read_lanes`` is not a power of two, or the depth not a multiple of the banks.
+        """
+        read_lanes = geom.lanes if read_lanes is None else read_lanes
+        if read_lanes < 1 or read_lanes & (read_lanes - 1):
+            raise ValueError(f"read_lanes must be a power of two, not {read_lanes}")
+        banks = max(geom.lanes, read_lanes)
+        if geom.depth % banks:
+            raise ValueError(
+                f"{geom.name} buffer depth {geom.depth} is not a multiple of its "
+                f"{banks} lanes"
+            )
+        return banks
 
     @property
     def geom(self) -> BufferGeometry:

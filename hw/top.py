@@ -3,20 +3,22 @@ the inp/wgt/out buffers and the DRAM arbiter, with one DRAM port and start/done 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from accel.machine.config import HwConfig
-from hw.compute import Compute
+from hw.compute import Compute, uop_read_lanes
 from hw.dram import DramArbiter, dram_port
 from hw.fetch import QUEUES, Fetch
-from hw.params import RtlParams
+from hw.params import BufferGeometry, RtlParams
 from hw.queues import CommandQueue, TokenQueue
 from hw.sram import SramBuffer
 from hw.units import LoadUnit, StoreUnit
 
-__all__ = ["CYCLE_BITS", "Accelerator"]
+__all__ = ["CYCLE_BITS", "Accelerator", "MemorySpec", "memories"]
 
 CYCLE_BITS = 48
 """Width of the ``cycles`` counter."""
@@ -94,7 +96,7 @@ class Accelerator(wiring.Component):
         m.submodules.compute = compute = Compute(p)
         m.submodules.store = store = StoreUnit(p)
         units = {"load": load, "compute": compute, "store": store}
-        m.submodules.fetch = fetch = Fetch(p, predecode={q: u.predecode for q, u in units.items()})
+        m.submodules.fetch = fetch = _fetch(p, units)
         m.submodules.arbiter = arb = DramArbiter(p.dram_addr_bits, p.burst_bytes_bits,
                                                  p.beat_bits, p.cfg.dram.max_outstanding,
                                                  p.cfg.dram.arbiter)
@@ -151,7 +153,7 @@ class Accelerator(wiring.Component):
             # module's (``hw.postproc``). Read like the out buffer (transparent), so the store's
             # first read sees the compute module's last write as it sees it there.
             m.submodules.acc_copy = acc_copy = SramBuffer(
-                p.buffers["acc"], read_lanes=p.buffers["out"].lanes)
+                p.buffers["acc"], read_lanes=_acc_copy_read_lanes(p))
             wiring.connect(m, compute.wr_acc_copy, acc_copy.w)
             wiring.connect(m, store.rd_acc, acc_copy.r)
 
@@ -168,3 +170,63 @@ class Accelerator(wiring.Component):
             with m.If(compute.finish):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
         return m
+
+
+def _fetch(p: RtlParams, units: dict[str, LoadUnit | Compute | StoreUnit]) -> Fetch:
+    return Fetch(p, predecode={q: u.predecode for q, u in units.items()})
+
+
+def _acc_copy_read_lanes(p: RtlParams) -> int:
+    """The store reads its copy of the acc buffer as it reads the out buffer."""
+    return p.buffers["out"].lanes
+
+
+@dataclass(frozen=True)
+class MemorySpec:
+    """One memory of the design as Yosys maps it: ``depth`` words of ``width`` bits, one write
+    port and one read port; ``name`` is its instance path (``compute.acc_buffer.bank0``)."""
+
+    name: str
+    depth: int
+    width: int
+
+
+def memories(cfg: HwConfig) -> list[MemorySpec]:
+    """Every memory :class:`Accelerator` ``(cfg)`` builds, without elaborating it: the buffers'
+    banks (:meth:`hw.sram.SramBuffer.banks_of`), the command queues' entries (an instruction
+    and what fetch predecodes for the queue) and fetch's two instruction buffers. Milliseconds
+    (the units are constructed, not elaborated); ``tests/test_area_model.py`` checks the list
+    against the memories of the generated Verilog.
+
+    Raises
+    ------
+    ValueError
+        The RTL cannot build ``cfg`` (:func:`hw.params.check_rtl_config`).
+    """
+    p = RtlParams.of(cfg)
+    units = {"load": LoadUnit(p), "compute": Compute(p), "store": StoreUnit(p)}
+    fetch = _fetch(p, units)
+    for unit in (*units.values(), fetch):
+        unit._MustUse__silence = True  # read for its parameters, never elaborated
+    out: list[MemorySpec] = []
+
+    def buffer(name: str, geom: BufferGeometry, read_lanes: int | None = None,
+               store_bits: int | None = None) -> None:
+        banks = SramBuffer.banks_of(geom, read_lanes)
+        for b in range(banks):
+            out.append(MemorySpec(f"{name}.bank{b}", geom.depth // banks,
+                                  store_bits or geom.store_bits))
+
+    buffer("fetch.buffer", p.insn_buffer)
+    buffer("fetch.pre_buffer", p.insn_buffer, store_bits=fetch.pre_entry_bits)
+    for q in QUEUES:
+        out.append(MemorySpec(f"{q}_cmd_queue.mem", p.cmd_depth,
+                              p.insn_bits + fetch.pre_bits(q)))
+    buffer("compute.uop_buffer", p.buffers["uop"], uop_read_lanes(p))
+    buffer("compute.acc_buffer", p.buffers["acc"])
+    buffer("inp_buffer", p.buffers["inp"])
+    buffer("wgt_buffer", p.buffers["wgt"])
+    buffer("out_buffer", p.buffers["out"])
+    if cfg.store.postproc:
+        buffer("acc_copy", p.buffers["acc"], _acc_copy_read_lanes(p))
+    return out
