@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accel.machine.yamlfile import read_yaml
+from accel.machine.yamlfile import read_yaml, require_mapping
 
 __all__ = [
     "ALU_OPS",
@@ -109,16 +109,7 @@ def _number(value: Any, source: str, key: str, positive: bool = False) -> float:
 
 def _mapping(value: Any, source: str, key: str, keys: tuple[str, ...]) -> dict[str, Any]:
     """``value`` as a mapping whose keys are all among ``keys``, all of them present."""
-    if not isinstance(value, dict):
-        raise _fail(source, key, f"a mapping with keys {', '.join(keys)}", value)
-    for k in value:
-        if k not in keys:
-            raise EnergyError(f"{source}: {key}.{k}: unknown key; expected one of "
-                              f"{', '.join(keys)}")
-    for k in keys:
-        if k not in value:
-            raise EnergyError(f"{source}: {key}.{k}: missing")
-    return value
+    return require_mapping(value, source, key, keys, EnergyError)
 
 
 @dataclass(frozen=True)

@@ -146,16 +146,7 @@ def _text(value: Any, source: str, key: str) -> str:
 def _mapping(value: Any, source: str, key: str, keys: tuple[str, ...],
              optional: tuple[str, ...] = ()) -> dict[str, Any]:
     """``value`` as a mapping with every key of ``keys`` and any of ``optional``."""
-    if not isinstance(value, dict):
-        raise _fail(source, key, f"a mapping with keys {', '.join(keys)}", value)
-    for k in value:
-        if k not in keys + optional:
-            raise DeviceError(f"{source}: {key}.{k}: unknown key; expected one of "
-                              f"{', '.join(keys + optional)}")
-    for k in keys:
-        if k not in value:
-            raise DeviceError(f"{source}: {key}.{k}: missing")
-    return value
+    return yamlfile.require_mapping(value, source, key, keys, DeviceError, optional)
 
 
 def _shapes(value: Any, source: str, key: str, kbits: int) -> tuple[tuple[int, int], ...]:

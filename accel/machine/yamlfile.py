@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["parse_yaml", "read_text", "read_yaml"]
+__all__ = ["parse_yaml", "read_text", "read_yaml", "require_mapping"]
 
 
 def parse_yaml(text: str, source: str, error: type[Exception] = ValueError) -> Any:
@@ -49,3 +49,21 @@ def read_yaml(path: Path, what: str, error: type[Exception], missing: str | None
     """The YAML content of the file ``path``: :func:`read_text`'s errors, and a syntax error as
     :func:`parse_yaml`'s."""
     return parse_yaml(read_text(path, what, error, missing), str(path), error)
+
+
+def require_mapping(value: Any, source: str, key: str, keys: tuple[str, ...],
+                    error: type[Exception], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``value`` as a mapping with every key of ``keys`` and maybe some of ``optional``, or one
+    ``error`` line: ``SOURCE: KEY: expected a mapping with keys ...``, ``SOURCE: KEY.K:
+    unknown key; expected one of ...`` or ``SOURCE: KEY.K: missing``."""
+    if not isinstance(value, dict):
+        raise error(f"{source}: {key}: expected a mapping with keys {', '.join(keys)}, got "
+                    f"{type(value).__name__} {value!r}")
+    for k in value:
+        if k not in keys + optional:
+            raise error(f"{source}: {key}.{k}: unknown key; expected one of "
+                        f"{', '.join(keys + optional)}")
+    for k in keys:
+        if k not in value:
+            raise error(f"{source}: {key}.{k}: missing")
+    return value
