@@ -28,7 +28,7 @@ from accel.dse.area_model import (
     load_rows,
 )
 
-KEYS = ("luts", "ffs", "dsps", "brams", "lutrams")
+KEYS = ("luts", "ffs", "carries", "dsps", "brams", "lutrams")
 
 
 def _table(title: str, results: list) -> dict[str, list[float]]:

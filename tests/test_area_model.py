@@ -97,6 +97,24 @@ def test_every_fitted_row_left_out_in_turn_is_within_the_stated_error() -> None:
         assert error <= LUT_ERROR, (label, got.luts, counts["luts"])
 
 
+def test_a_budget_names_what_does_not_fit() -> None:
+    from accel.dse.area_model import LUT_POSITIONS, budget_use, over_budget
+    from accel.machine.fpga import load_device
+
+    default, vta = estimate(load_config("default")), estimate(load_config("vta_1x16x16"))
+    w = LUT_POSITIONS["ecp5"]
+    assert default.lut_positions == (w["luts"] * default.luts + w["carries"] * default.carries
+                                     + w["lutrams"] * default.lutrams)
+    use = budget_use(default, load_device("ecp5-45f"))
+    assert use["dsps"] == (72, 72) and use["brams"] == (95, 108)
+    assert over_budget(default, load_device("ecp5-45f")) == []
+    assert over_budget(vta, load_device("ecp5-45f")) == [
+        f"luts {vta.lut_positions} > 41655", "dsps 272 > 72", "brams 286 > 108"]
+    assert over_budget(vta, load_device("ecp5-85f")) == ["dsps 272 > 156", "brams 286 > 208"]
+    with pytest.raises(ValueError, match="an ecp5 estimate cannot be held to zynq-7020"):
+        budget_use(default, load_device("zynq-7020"))
+
+
 def test_too_few_rows_and_an_unknown_target_are_refused() -> None:
     rows = load_rows(data_path("ecp5"))[:3]
     with pytest.raises(ValueError, match="3 rows cannot fit"):

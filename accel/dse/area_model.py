@@ -24,6 +24,11 @@ report counts (LUTs, flip-flops, DSP and block-RAM cells, distributed-RAM cells)
   when the model is first used (numpy, milliseconds); :func:`cross_validate` gives its error
   on rows left out of it in turn.
 
+- **Carry cells, fitted** the same way (ECP5's CCU2C, from the reports' cell lists), so that
+  :attr:`AreaEstimate.lut_positions` counts the part's LUTs the design takes: LUT4s, two per
+  carry cell, six per distributed-RAM cell (:data:`LUT_POSITIONS`). :func:`budget_use` and
+  :func:`over_budget` hold an estimate to a part's budget (:mod:`accel.machine.fpga`).
+
 ``benchmarks/area_model.py`` prints the model's error on every row left out in turn, and its
 time per config. ``tests/test_area_model.py`` checks the memory list against the generated
 Verilog and the rules and the fit against the committed Yosys counts.
@@ -41,10 +46,12 @@ from pathlib import Path
 from typing import Any
 
 from accel.machine.config import ConfigError, HwConfig
+from accel.machine.fpga import FpgaDevice
 
-__all__ = ["CSV_COUNTS", "FEATURES", "HELD_OUT", "SPACE", "AreaEstimate", "AreaModel",
-           "config_row", "cross_validate", "data_path", "estimate", "features", "fit_rows",
-           "load_rows", "map_memory", "model", "sample_configs"]
+__all__ = ["CSV_COUNTS", "FEATURES", "HELD_OUT", "LUT_POSITIONS", "SPACE", "AreaEstimate",
+           "AreaModel", "budget_use", "config_row", "cross_validate", "data_path", "estimate",
+           "features", "fit_rows", "load_rows", "map_memory", "model", "over_budget",
+           "sample_configs"]
 
 CSV_COUNTS = ("luts", "ffs", "dsps", "brams", "lutrams")
 """Resource columns of the fitting data, as :class:`hw.synth.SynthReport` counts them."""
@@ -72,6 +79,19 @@ BRAM_SHAPES = {
 }
 """``(depth, width)`` shapes of one block RAM per family: DP16KD's, and PDPW16KD's 512 x 36
 (simple dual port, which every memory of the design is)."""
+
+CARRY_CELLS = ("CCU2C",)
+"""Carry-chain cells (ECP5's CCU2C: two LUT4 positions each)."""
+
+LUT_POSITIONS = {"ecp5": {"luts": 1, "carries": 2, "lutrams": 6}}
+"""LUT4 positions of the part each cell takes, as nextpnr-ecp5 counts them before packing
+("Logic utilisation before packing" of ``--pack-only``: a TRELLIS_DPR16X4 is 4 RAM LUTs and
+2 RAMW LUTs). On tiny: 9,910 logic + 2,130 carry + 476 RAM + 238 RAMW = 12,754 LUT4s for
+Yosys's 9,929 LUT4, 1,072 CCU2C and 119 TRELLIS_DPR16X4; packing then used 13,404 (5% more:
+flip-flops and carries that take a LUT to reach their slice)."""
+
+PACKING_MARGIN = 0.05
+"""The share of the part's LUTs :func:`budget_use` keeps free for packing (above)."""
 
 BRAM_COST = {"ecp5": 128}
 LUTRAM_SHAPE = {"ecp5": (16, 4)}     # TRELLIS_DPR16X4
@@ -128,7 +148,10 @@ def load_rows(path: Path) -> list[tuple[str, HwConfig, dict[str, int]]]:
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
             cfg = HwConfig.from_dict(json.loads(row["config"]), source=f"{path}:{row['label']}")
-            rows.append((row["label"], cfg, {k: int(row[k]) for k in CSV_COUNTS}))
+            counts = {k: int(row[k]) for k in CSV_COUNTS}
+            cells = json.loads(row["cells"]) if row.get("cells") else {}
+            counts["carries"] = sum(cells.get(c, 0) for c in CARRY_CELLS)
+            rows.append((row["label"], cfg, counts))
     return rows
 
 
@@ -163,12 +186,16 @@ def _counted(cfg: HwConfig, target: str) -> dict[str, int]:
 FEATURES: dict[str, tuple[str, ...]] = {
     "luts": ("one", "macs", "tree", "lanes", "postproc_lanes", "postproc_beat", "acc_index",
              "index_bits", "beat_bits", "lanes_beat", "wide_bits", "rotation_bits"),
+    "carries": ("one", "macs", "tree", "lanes", "postproc_lanes", "postproc_beat",
+                "acc_index", "index_bits", "beat_bits", "lanes_beat", "wide_bits",
+                "rotation_bits"),
     "ffs": ("one", "macs", "wgt_bits", "lanes", "postproc_lanes", "postproc_beat",
             "reset_lanes", "lanes_index", "acc_index", "beat_bits", "log_outstanding",
             "rotation_bits"),
 }
 """The terms of each fitted function (:func:`features`), chosen by forward selection on the
-error of the fitted rows left out in turn (``benchmarks/area_model.py`` prints it)."""
+error of the fitted rows left out in turn (``benchmarks/area_model.py`` prints it); the
+carry cells take the LUTs' terms."""
 
 
 def features(cfg: HwConfig) -> dict[str, float]:
@@ -228,9 +255,41 @@ class AreaEstimate:
     dsps: int
     brams: int
     lutrams: int
+    carries: int
 
     def get(self, key: str, default: Any = None) -> Any:
         return getattr(self, key, default)
+
+    @property
+    def lut_positions(self) -> int:
+        """The part's LUTs the design takes: LUTs, carry cells and distributed RAM
+        (:data:`LUT_POSITIONS`)."""
+        weights = LUT_POSITIONS[self.target]
+        return sum(w * getattr(self, k) for k, w in weights.items())
+
+
+def budget_use(est: AreaEstimate, device: FpgaDevice) -> dict[str, tuple[int, int]]:
+    """``{resource: (used, available)}`` of ``est`` on ``device``: LUT positions against the
+    part's LUTs less :data:`PACKING_MARGIN`, flip-flops, DSP and block-RAM cells.
+
+    Raises
+    ------
+    ValueError
+        The estimate is for another family than the part's.
+    """
+    if est.target != device.family:
+        raise ValueError(f"an {est.target} estimate cannot be held to {device.name}, an "
+                         f"{device.family} part")
+    return {"luts": (est.lut_positions, int(device.luts * (1 - PACKING_MARGIN))),
+            "ffs": (est.ffs, device.ffs), "dsps": (est.dsps, device.dsp.count),
+            "brams": (est.brams, device.bram.count)}
+
+
+def over_budget(est: AreaEstimate, device: FpgaDevice) -> list[str]:
+    """The resources ``est`` needs more of than ``device`` has, each as ``"dsps 272 > 72"``
+    (empty: it fits)."""
+    return [f"{k} {used} > {have}" for k, (used, have) in budget_use(est, device).items()
+            if used > have]
 
 
 @dataclass(frozen=True)
