@@ -127,6 +127,37 @@ def cmd_device_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_area(args: argparse.Namespace) -> int:
+    from accel.dse.area_model import budget_use, estimate
+    from accel.machine.fpga import load_device
+
+    cfg = _config(args.config)
+    device = load_device(args.device) if args.device else None
+    est = estimate(cfg, device.family if device else "ecp5")
+    use = budget_use(est, device) if device else None
+    if args.json:
+        out: dict[str, Any] = {"config": cfg.name, **vars(est),
+                               "lut_positions": est.lut_positions}
+        if device and use:
+            out["device"] = device.name
+            out["budget"] = {k: {"used": u, "available": a} for k, (u, a) in use.items()}
+            out["fits"] = all(u <= a for u, a in use.values())
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{cfg.name}: predicted by the area model (accel.dse.area_model), not synthesised")
+    print(f"  LUT4 {est.luts}, carry cells {est.carries}, distributed RAM cells {est.lutrams}: "
+          f"{est.lut_positions} LUT positions")
+    print(f"  flip-flops {est.ffs}, DSP blocks {est.dsps}, block RAMs {est.brams}")
+    if device and use:
+        print(f"on {device.name} ({device.part}):")
+        for k, (used, have) in use.items():
+            mark = "" if used <= have else "   OVER"
+            print(f"  {k:<6} {used:>7} of {have:>7} ({100 * used / have:5.1f}%){mark}")
+        over = [k for k, (u, a) in use.items() if u > a]
+        print("fits" if not over else f"does not fit: {', '.join(over)}")
+    return 0
+
+
 # ---------------------------------------------------------------------- programs
 def cmd_asm(args: argparse.Namespace) -> int:
     from accel.machine.program import ProgramError, assemble_file
@@ -413,6 +444,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="print JSON (name, canonical name, description of each)")
     p.set_defaults(func=cmd_config_list)
+
+    p = sub.add_parser("area", help="a config's FPGA resources from the area model, in "
+                       "milliseconds; with --device, against a part's budget")
+    p.add_argument("config", nargs="?", default=None,
+                   help="shipped config name or YAML path (default: the packaged default)")
+    p.add_argument("--device", default=None,
+                   help="shipped part (ecp5-45f, ...) or device YAML: hold the estimate to it "
+                   "(LUTs less 5%% for packing)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_area)
 
     p_dev = sub.add_parser("device", help="show, validate or list FPGA parts (budgets)")
     dev_sub = p_dev.add_subparsers(dest="device_command", metavar="ACTION")

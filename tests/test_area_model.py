@@ -147,3 +147,22 @@ def test_a_fresh_synthesis_agrees_within_the_stated_error(
     assert (got.dsps, got.brams) == (report.dsps, report.brams)
     assert abs(got.luts - report.luts) <= LUT_ERROR * report.luts
     assert abs(got.ffs - report.ffs) <= LUT_ERROR * report.ffs
+
+
+def test_cli_area(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from accel.cli import main
+
+    assert main(["area", "--device", "ecp5-45f", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    est = estimate(load_config("default"))
+    assert out["lut_positions"] == est.lut_positions and out["fits"] is True
+    assert out["budget"]["dsps"] == {"used": 72, "available": 72}
+    assert main(["area", "vta_1x16x16", "--device", "ecp5-45f"]) == 0
+    text = capsys.readouterr().out
+    assert "  dsps       272 of      72 (377.8%)   OVER" in text
+    assert text.endswith("does not fit: luts, dsps, brams\n")
+    assert main(["area", "--device", "zynq-7020"]) == 2
+    assert capsys.readouterr().err == ("accel: error: area model: no fitting data for target "
+                                       "'xilinx'; have ecp5\n")
