@@ -134,27 +134,27 @@ def cmd_area(args: argparse.Namespace) -> int:
     cfg = _config(args.config)
     device = load_device(args.device) if args.device else None
     est = estimate(cfg, device.family if device else "ecp5")
-    use = budget_use(est, device) if device else None
+    use = budget_use(est, device) if device else {}
+    over = [k for k, (used, have) in use.items() if used > have]
     if args.json:
         out: dict[str, Any] = {"config": cfg.name, **vars(est),
                                "lut_positions": est.lut_positions}
-        if device and use:
+        if device:
             out["device"] = device.name
             out["budget"] = {k: {"used": u, "available": a} for k, (u, a) in use.items()}
-            out["fits"] = all(u <= a for u, a in use.values())
+            out["fits"] = not over
         print(json.dumps(out, indent=2))
         return 0
     print(f"{cfg.name}: predicted by the area model (accel.dse.area_model), not synthesised")
     print(f"  LUT4 {est.luts}, carry cells {est.carries}, distributed RAM cells {est.lutrams}: "
           f"{est.lut_positions} LUT positions")
     print(f"  flip-flops {est.ffs}, DSP blocks {est.dsps}, block RAMs {est.brams}")
-    if device and use:
+    if device:
         print(f"on {device.name} ({device.part}):")
         for k, (used, have) in use.items():
-            mark = "" if used <= have else "   OVER"
+            mark = "   OVER" if k in over else ""
             print(f"  {k:<6} {used:>7} of {have:>7} ({100 * used / have:5.1f}%){mark}")
-        over = [k for k, (u, a) in use.items() if u > a]
-        print("fits" if not over else f"does not fit: {', '.join(over)}")
+        print(f"does not fit: {', '.join(over)}" if over else "fits")
     return 0
 
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.machine.config import ConfigError, HwConfig
-from accel.machine.fpga import FpgaDevice
+from accel.machine.fpga import FpgaDevice, blocks_for
 
 __all__ = ["CSV_COUNTS", "FEATURES", "HELD_OUT", "LUT_POSITIONS", "SPACE", "AreaEstimate",
            "AreaModel", "budget_use", "config_row", "cross_validate", "data_path", "estimate",
@@ -159,7 +159,7 @@ def load_rows(path: Path) -> list[tuple[str, HwConfig, dict[str, int]]]:
 def map_memory(depth: int, width: int, target: str = "ecp5") -> tuple[str, int]:
     """How Yosys maps one ``depth x width`` memory: ``("bram", blocks)`` or
     ``("lutram", cells)`` (module docstring)."""
-    blocks = min(math.ceil(depth / d) * math.ceil(width / w) for d, w in BRAM_SHAPES[target])
+    blocks = blocks_for(BRAM_SHAPES[target], depth, width)
     ld, lw = LUTRAM_SHAPE[target]
     cells = math.ceil(depth / ld) * math.ceil(width / lw)
     if cells * LUTRAM_COST[target] < blocks * BRAM_COST[target]:
@@ -256,9 +256,6 @@ class AreaEstimate:
     brams: int
     lutrams: int
     carries: int
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
 
     @property
     def lut_positions(self) -> int:

@@ -4,9 +4,9 @@ A co-design search (issue 56) asks whether a machine fits a part and how fast th
 it; the answer needs the part's resources in the units Yosys counts (:mod:`hw.synth`), so a
 device file gives them per primitive::
 
-    description: Lattice ECP5 LFE5U-45F (ULX3S 45F, OrangeCrab 45F)
+    description: Lattice ECP5 LFE5U-45F (ULX3S 45F)
     family: ecp5               # the synthesis target: accel synth --target
-    part: LFE5U-45F-8BG381C
+    part: LFE5U-45F-6BG381C
     clock_mhz: 100             # the clock a design of accel's kind closes at on this part
     luts: {count: 43848, inputs: 4, primitive: LUT4}
     ffs: 43848
@@ -20,7 +20,7 @@ device file gives them per primitive::
     nextpnr: {device: 45k, package: CABGA381}   # ECP5 only: where --pnr places
 
 ``shapes`` lists a block's ``[depth, width]`` configurations (the widest in simple dual-port
-mode); :meth:`FpgaDevice.blocks_for` uses them to count the blocks a memory of a given depth
+mode); :meth:`Bram.blocks_for` uses them to count the blocks a memory of a given depth
 and width takes. ``memory.bytes_per_cycle`` bounds ``dram.bytes_per_cycle`` of a machine on the
 part (a hard memory port's width, or for a part without one the bus the shipped configs
 assume). ``clock_mhz`` is an estimate unless a comment in the file says it was measured.
@@ -40,8 +40,8 @@ from typing import Any
 
 from accel.machine import yamlfile
 
-__all__ = ["FAMILIES", "Bram", "DeviceError", "Dsp", "FpgaDevice", "device_dir", "load_device",
-           "parse_device", "shipped_devices"]
+__all__ = ["FAMILIES", "Bram", "DeviceError", "Dsp", "FpgaDevice", "blocks_for", "device_dir",
+           "load_device", "parse_device", "shipped_devices"]
 
 FAMILIES = ("ecp5", "ice40", "xilinx")
 """Synthesis targets a part may belong to (``hw.names.SYNTH_TARGETS``)."""
@@ -76,9 +76,15 @@ class Bram:
     shapes: tuple[tuple[int, int], ...]
 
     def blocks_for(self, depth: int, width: int) -> int:
-        """Blocks of the fewest a ``depth x width`` memory takes when built from one shape:
-        ``ceil(depth / d) * ceil(width / w)``, least over the shapes ``(d, w)``."""
-        return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in self.shapes)
+        """Blocks a ``depth x width`` memory takes (:func:`blocks_for` over this part's
+        shapes)."""
+        return blocks_for(self.shapes, depth, width)
+
+
+def blocks_for(shapes: tuple[tuple[int, int], ...], depth: int, width: int) -> int:
+    """Blocks of the fewest a ``depth x width`` memory takes when built from one of the
+    ``(d, w)`` ``shapes``: ``ceil(depth / d) * ceil(width / w)``, least over the shapes."""
+    return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in shapes)
 
 
 @dataclass(frozen=True)
