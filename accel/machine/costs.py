@@ -66,6 +66,7 @@ shorten the run.
 from __future__ import annotations
 
 import functools
+import threading
 
 from accel.machine.config import HwConfig
 from accel.machine.isa import INSN_BYTES, AluInsn, GemmInsn, Insn, MemInsn, MemType
@@ -162,36 +163,66 @@ def mem_dram_cycles(insn: MemInsn, cfg: HwConfig) -> int:
     return _bursts_done(*burst_runs(insn, cfg), mem_setup_cycles(insn, cfg), insn.store, cfg)
 
 
-@functools.lru_cache(maxsize=4096)
 def _bursts_done(one: tuple[int, ...], runs: int, setup: int, write: bool,
                  cfg: HwConfig) -> int:
     """When the last of ``runs`` repeats of the bursts ``one`` (bytes, in order) is done,
-    requested from cycle ``setup`` on, one a cycle, at most ``dram.max_outstanding`` not done.
+    requested from cycle ``setup`` on, one a cycle, at most ``dram.max_outstanding`` not done
+    (:class:`_BurstRuns`, remembered: a program's LOADs repeat a few row shapes, in many row
+    counts)."""
+    return _burst_runs(one, setup, write, cfg).done(runs)
+
+
+class _BurstRuns:
+    """The repeats of one run of bursts, stepped as far as a question needs.
 
     Every step is a max of sums, so once a run moves the whole state (the next request's
     cycle, the bus's free cycle, the last ``max_outstanding`` completions) by the same ``d``,
-    each later run does too: the rest are added as ``d`` each, not stepped (the rows of a
-    LOAD are one such run each). Remembered: a program's LOADs repeat a few shapes."""
-    bus = DataBus(cfg)
-    outstanding = cfg.dram.max_outstanding
-    done: list[int] = []
-    cycle = setup
-    before: tuple[int, ...] | None = None
-    for r in range(runs):
-        for nbytes in one:
+    each later run does too: the runs after it are added as ``d`` each, not stepped (the rows
+    of a LOAD are one such run each). The runs stepped so far are kept, so the same row in
+    another row count costs no more steps."""
+
+    def __init__(self, one: tuple[int, ...], setup: int, write: bool, cfg: HwConfig) -> None:
+        self._one, self._write = one, write
+        self._bus = DataBus(cfg)
+        self._outstanding = cfg.dram.max_outstanding
+        self._done: list[int] = []  # every burst's completion so far
+        self._cycle = setup  # the next request's
+        self._before: tuple[int, ...] | None = None
+        self.ends: list[int] = []  # when each run stepped so far is done
+        self.step: int | None = None  # ``d``, once the runs repeat
+        self._lock = threading.Lock()
+
+    def done(self, runs: int) -> int:
+        """When the last burst of ``runs`` runs is done (0 for none)."""
+        with self._lock:
+            while self.step is None and len(self.ends) < runs:
+                self._run()
+        if runs <= len(self.ends):
+            return self.ends[runs - 1] if runs else 0
+        return self.ends[-1] + (runs - len(self.ends)) * self.step  # type: ignore[operator]
+
+    def _run(self) -> None:
+        done, outstanding = self._done, self._outstanding
+        for nbytes in self._one:
             if len(done) >= outstanding:
-                cycle = max(cycle, done[len(done) - outstanding])
-            done.append(bus.place(cycle, nbytes, write)[2])
-            cycle += 1
+                self._cycle = max(self._cycle, done[len(done) - outstanding])
+            done.append(self._bus.place(self._cycle, nbytes, self._write)[2])
+            self._cycle += 1
+        self.ends.append(done[-1])
         if len(done) < outstanding:
-            continue  # later requests wait on completions not made yet: not yet a state
-        state = (cycle, bus.free, *done[-outstanding:])
+            return  # later requests wait on completions not made yet: not yet a state
+        state = (self._cycle, self._bus.free, *done[-outstanding:])
+        before, self._before = self._before, state
         if before is not None:
-            d = cycle - before[0]
+            d = self._cycle - before[0]
             if all(now - then == d for now, then in zip(state, before, strict=True)):
-                return done[-1] + (runs - 1 - r) * d
-        before = state
-    return done[-1] if done else 0
+                self.step = d
+                del done[:-outstanding]
+
+
+@functools.lru_cache(maxsize=4096)
+def _burst_runs(one: tuple[int, ...], setup: int, write: bool, cfg: HwConfig) -> _BurstRuns:
+    return _BurstRuns(one, setup, write, cfg)
 
 
 def mem_cycles(insn: MemInsn, cfg: HwConfig) -> int:

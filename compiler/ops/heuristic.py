@@ -247,13 +247,13 @@ def _dense_hazard(moving: dict[str, int], hw: list[tuple[str, int]],
 
 
 @functools.lru_cache(maxsize=16384)
-def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, sh: int, sw: int,
-               budget: int, window: int) -> tuple[int, int]:
+def _gemm_fold(ci: int, kh: int, kw: int, b: int, co: int, h: int, w: int, budget: int,
+               window: int) -> tuple[int, int]:
     """(GEMM instructions, micro-ops of each one's kernel) of one thread's reduction chunk:
     ``compiler.passes.uops``'s own choice of hardware loops on the schedule's loop nest (input
     channel block ``ci``, kernel row and column, batch, output channel block, output row,
-    column: the choice depends on their extents only), whose kernel loops beyond ``budget``
-    stay instruction loops."""
+    column: the choice depends on their extents only, not on the strides), whose kernel loops
+    beyond ``budget`` stay instruction loops."""
     # The destination index ((n * co + o) * h + y) * w + x moves along n, o, y and x; the
     # sources and weights are affine too. Loops of extent 1 change neither the kernel's size
     # nor the instructions: left out.
@@ -345,8 +345,7 @@ def _plan(wl: Conv2dWorkload, k: Conv2dKnobs, cfg: HwConfig) -> _Plan:
                   x_stride=cib * kk)
     wgt_cycles = _mem_cycles(wgt, cfg)
     n_gemm, kernel = _gemm_fold(k.tile_ci, wl.kernel_h, wl.kernel_w, k.tile_b, k.tile_co,
-                                k.tile_h, k.tile_w, wl.stride_h, wl.stride_w,
-                                max(1, cfg.uop_depth // 8), cfg.gemm.depth)
+                                k.tile_h, k.tile_w, max(1, cfg.uop_depth // 8), cfg.gemm.depth)
     gemm = n_gemm * costs.gemm_cycles(_uops(k.tile_ci * kk * t_acc // n_gemm, GemmInsn), cfg)
     if threads * (n_gemm * kernel + 5) > cfg.uop_depth:
         # The kernels (each thread's GEMM kernels; its reset and four ALU kernels, one micro-op
@@ -524,8 +523,8 @@ def _price(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> dict[
     wgt_cycles = _each(lambda co, ci: _mem_cycles(MemInsn(
         mem_type=MemType.WGT, y_size=co, x_size=ci * kk, x_stride=cib * kk), cfg), tco, tci)
     fold = _each(lambda ci, b, co, h, w: _gemm_fold(
-        ci, wl.kernel_h, wl.kernel_w, b, co, h, w, wl.stride_h, wl.stride_w,
-        max(1, cfg.uop_depth // 8), cfg.gemm.depth), tci, tb, tco, th, tw)
+        ci, wl.kernel_h, wl.kernel_w, b, co, h, w, max(1, cfg.uop_depth // 8), cfg.gemm.depth),
+        tci, tb, tco, th, tw)
     n_gemm, kernel = fold[:, 0], fold[:, 1]
     gemm = n_gemm * _each(lambda n: costs.gemm_cycles(_uops(n, GemmInsn), cfg),
                           tci * kk * t_acc // n_gemm)
@@ -706,9 +705,11 @@ _KNOB_COLUMNS = ("tb", "th", "tw", "tci", "tco", "ocn", "hn")
 
 
 def _bound(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> np.ndarray:
-    """A lower bound on every candidate's :meth:`_Plan.floor` (so on its estimate), from the
-    knobs alone: the floor's terms with the parts that need the micro-op loops left at their
-    least (one GEMM instruction per chunk, no micro-op reloads, no bias LOADs or ADD)."""
+    """A lower bound on every candidate's estimate (:meth:`_Plan.cycles`), from the knobs
+    alone: per tile the most of the floor's terms (:meth:`_Plan.floor`) and one thread's
+    chain of copies and GEMMs, with the parts that need the micro-op loops or the contract's
+    DRAM steps left at their least (one GEMM instruction per chunk, no micro-op reloads, no
+    bias LOADs or ADD, each copy its latency and beats)."""
     nb, cib, cob = wl.blocks(cfg)
     kk = wl.kernel_h * wl.kernel_w
     threads = c["ocn"] * c["hn"]
@@ -730,19 +731,39 @@ def _bound(wl: Conv2dWorkload, cfg: HwConfig, c: dict[str, np.ndarray]) -> np.nd
     store_beats = threads * t_acc * cfg.out_tile_bytes / bpc
     wgt_bytes = c["tco"] * c["tci"] * kk * cfg.wgt_tile_bytes
     per_kind = (nb // c["tb"]) * (cob // (c["tco"] * c["ocn"])) / c["hn"]
-    total = np.zeros(len(threads))
-    for th in np.unique(c["th"]).tolist():
-        rows = _windows(wl.out_height, th, wl.stride_h, wl.kernel_h, wl.pad_h, wl.height)
-        for tw in np.unique(c["tw"][c["th"] == th]).tolist():
-            at = np.flatnonzero((c["th"] == th) & (c["tw"] == tw))
-            cols = _windows(wl.out_width, tw, wl.stride_w, wl.kernel_w, wl.pad_w, wl.width)
-            scale = threads[at] * chunks[at] / bpc
-            per_pixel = c["tb"][at] * c["tci"][at] * cfg.inp_tile_bytes
-            for (_, ys, _), n_rows in rows.items():
-                for (_, xs, _), n_cols in cols.items():
-                    beats = scale * (per_pixel * ys * xs + wgt_bytes[at]) + store_beats[at]
-                    total[at] += n_rows * n_cols * np.maximum(work[at], beats)
-    # Summed in another order than the floor: keep the bound below it by more than rounding.
+    # Each thread's loads and GEMMs alternate (one buffer each), and its reset waits for its
+    # own stores, so a tile takes at least R + chunks * G + (chunks - 1) * L + E + S from the
+    # last thread's stores to its next (:func:`_tiles`), each copy at least its decode, the
+    # DRAM latency and its beats, a LOAD also its padding.
+    lat = cfg.dram.latency
+    serial = (reset + chunks * gemm + epilogue + n_stores * (d + lat)).astype(np.float64) \
+        + t_acc * cfg.out_tile_bytes / bpc
+    wgt_min = d + lat + wgt_bytes / bpc
+    window = (((c["th"] - 1) * wl.stride_h + wl.kernel_h)
+              * ((c["tw"] - 1) * wl.stride_w + wl.kernel_w))
+    # The tile kinds by input window (tiles of the kind, pixels inside the image), as
+    # columns of (candidates x kinds); a kind a candidate lacks counts 0 tiles.
+    groups = {(h, w): [(n_rows * n_cols, ys * xs) for (_, ys, _), n_rows in _windows(
+        wl.out_height, h, wl.stride_h, wl.kernel_h, wl.pad_h, wl.height).items()
+        for (_, xs, _), n_cols in _windows(
+        wl.out_width, w, wl.stride_w, wl.kernel_w, wl.pad_w, wl.width).items()]
+        for h, w in set(zip(c["th"].tolist(), c["tw"].tolist(), strict=True))}
+    count = np.zeros((len(threads), max(len(k) for k in groups.values())), np.int64)
+    area = np.zeros_like(count)
+    for (h, w), kinds in groups.items():
+        at = np.flatnonzero((c["th"] == h) & (c["tw"] == w))
+        for j, (n, pixels) in enumerate(kinds):
+            count[at, j], area[at, j] = n, pixels
+    col = np.newaxis
+    loads = c["tb"] * c["tci"]
+    beats = ((threads * chunks / bpc)[:, col] * (loads[:, col] * area * cfg.inp_tile_bytes
+                                                 + wgt_bytes[:, col]) + store_beats[:, col])
+    inp_min = d + np.where(area > 0, lat + area * (cfg.inp_tile_bytes / bpc)
+                           + window[:, col] - area, 0)
+    load = loads[:, col] * inp_min + wgt_min[:, col]
+    chain = serial[:, col] + (chunks - 1)[:, col] * load
+    total = (count * np.maximum(np.maximum(work[:, col], beats), chain)).sum(axis=1)
+    # Summed in another order than the estimate: keep the bound below it by more than rounding.
     return total * per_kind * (1 - 1e-9)
 
 
@@ -793,7 +814,7 @@ def search_conv2d_knobs(wl: Conv2dWorkload, cfg: HwConfig) -> Conv2dKnobs:
             f"{wl.kernel_h * wl.kernel_w} inp tiles)"
         )
     # Branch and bound: the candidates are priced in the order of a bound from their knobs
-    # alone (:func:`_bound`, below the plan's floor, which no estimate is below), and the
+    # alone (:func:`_bound`, below every estimate), and the
     # search stops at a bound above the best estimate so far by more than NEAR_TIE: every
     # candidate within NEAR_TIE of the best is priced, whatever the order. Of those, the one
     # that moves the fewest DRAM bytes wins (then more threads, then the smaller tile_ci, then
