@@ -517,6 +517,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_hw_parsers(sub)  # verilog, synth
 
+    from accel.cli_codesign import add_parsers as add_codesign_parsers
     from accel.cli_plot import add_parsers as add_plot_parsers
     from accel.cli_sweep import add_parsers as add_sweep_parsers
     from accel.cli_tune import add_parsers as add_tune_parsers
@@ -524,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_sweep_parsers(sub)  # sweep
     add_plot_parsers(sub)  # plot
     add_tune_parsers(sub)  # tune
+    add_codesign_parsers(sub)  # codesign
 
     from accel.cli_exec import add_parsers as add_exec_parsers
 

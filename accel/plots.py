@@ -389,6 +389,38 @@ def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, area: str = "luts",
     return _save(fig, out, "pareto")
 
 
+def plot_codesign(result: Any, device: Any, model: str, out: Path) -> list[Path]:
+    """A co-design search's ranking (:class:`accel.dse.codesign.SearchResult`): predicted
+    latency against LUT positions, one marker per machine that qualified, the Pareto front,
+    the base config, the best and the part's LUT budget."""
+    plt = _pyplot()
+    ok = result.ranked
+    points = [(float(m.area.lut_positions), m.latency_ms) for m in ok]
+    front = pareto_front(points)
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    ax.scatter([p[0] for p in points], [p[1] for p in points], s=18, color="tab:gray",
+               label=f"machine that fits ({len(ok)})")
+    fx = [points[i][0] for i in front]
+    fy = [points[i][1] for i in front]
+    ax.step(fx, fy, where="post", color="tab:red", linewidth=1.2)
+    ax.scatter(fx, fy, s=40, color="tab:red", label="Pareto front", zorder=3)
+    base = result.base
+    if base.ok:
+        ax.scatter([base.area.lut_positions], [base.latency_ms], marker="s", s=60,
+                   color="tab:blue", label="base config", zorder=4)
+    best = result.best
+    ax.scatter([best.area.lut_positions], [best.latency_ms], marker="*", s=160, color="gold",
+               edgecolor="black", label="best", zorder=5)
+    ax.axvline(best.use["luts"][1], color="black", linestyle=":", linewidth=1,
+               label=f"{device.name} LUTs (less the packing margin)")
+    ax.set_xlabel("LUT positions (area model)")
+    ax.set_ylabel(f"predicted latency (ms at {device.clock_mhz:g} MHz)")
+    ax.set_title(f"co-design search: {model} on {device.name}")
+    ax.grid(True, alpha=0.25)
+    ax.legend(fontsize="small")
+    return _save(fig, out, "pareto")
+
+
 def _read_trace(path: Path) -> tuple[dict[str, list[tuple[float, float]]], float]:
     """Module -> [(start, duration)] in simulated microseconds from a Chrome trace (a run's
     fallback layers' host time taken out), and the clock (0 when the trace has none)."""

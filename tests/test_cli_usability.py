@@ -463,14 +463,14 @@ def test_one_option_name_means_one_thing() -> None:
                 assert action.metavar == "FIRST:LAST", name
     for old in ("--max-cycles", "--cycles", "--vcd-cycles"):
         assert old not in seen, f"{old} is still shown by {seen.get(old)}"
-    assert sorted(seen["--out"]) == ["plot", "run", "sweep", "waveform"]
+    assert sorted(seen["--out"]) == ["codesign", "plot", "run", "sweep", "waveform"]
     assert sorted(seen["-o"]) == ["asm", "disasm", "verilog"]
     assert sorted(seen["--window"]) == ["plot", "waveform"]
     assert sorted(seen["--vcd-window"]) == ["exec", "run"]
     assert seen["--cycle-limit"] == ["exec"]
     workers = [_options(commands[c])["--workers"] for c in ("sweep", "tune")]
     assert workers[0].help == workers[1].help and workers[0].default == workers[1].default
-    for command in ("run", "tune", "sweep", "synth"):  # reports and progress
+    for command in ("run", "tune", "sweep", "synth", "codesign"):  # reports and progress
         assert {"--json", "--quiet"} <= set(_options(commands[command])), command
     assert "--json" in _options(commands["exec"])
 

@@ -132,6 +132,10 @@ class AccelOp:
         MACs and compulsory bytes; the roofline bound is the sum of theirs, so that fusing
         leaves a network's bound as ROOFLINE.md defines it. None: one layer, ``macs`` and
         ``dram_bytes``.
+    estimate
+        ``estimate(workload, knobs, cfg) -> cycles``: the heuristic's cycle model of the
+        program ``knobs`` build (the co-design search ranks machines by it); None where the
+        operator has none, and :meth:`predict` answers the roofline bound.
     """
 
     op: str
@@ -151,6 +155,7 @@ class AccelOp:
     physical: Callable[[Any, HwConfig], Any] = lambda workload, cfg: workload
     unpack: Callable[[np.ndarray, Any, Any, HwConfig], np.ndarray] | None = None
     layers: Callable[[Any], list[tuple[int, int]]] | None = None
+    estimate: Callable[[Any, Any, HwConfig], float] | None = None
 
     def bound(self, workload: Any, cfg: HwConfig) -> float:
         """The roofline bound of ``workload`` on ``cfg`` in cycles (:func:`roofline_bound`;
@@ -158,6 +163,22 @@ class AccelOp:
         if self.layers is not None:
             return sum(roofline_bound(m, b, cfg) for m, b in self.layers(workload))
         return roofline_bound(self.macs(workload), self.dram_bytes(workload), cfg)
+
+    def predict(self, workload: Any, cfg: HwConfig) -> tuple[float, bool]:
+        """``(cycles, modelled)`` of ``workload`` compiled for ``cfg`` with the heuristic's
+        knobs, without building it: the operator's :attr:`estimate` (``modelled`` True), else
+        its roofline bound (False: a lower bound, not a model).
+
+        Raises
+        ------
+        compiler.errors.LoweringError
+            No knobs fit ``cfg``.
+        """
+        workload = self.physical(workload, cfg)
+        knobs = self.default_knobs(workload, cfg)
+        if self.estimate is None:
+            return self.bound(workload, cfg), False
+        return self.estimate(workload, knobs, cfg), True
 
     def program(self, workload: Any, cfg: HwConfig, knobs: Any) -> Any:
         """Build ``workload`` with ``knobs``, uncached (the tuner builds thousands of settings

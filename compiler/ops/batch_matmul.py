@@ -292,5 +292,7 @@ BATCH_MATMUL = AccelOp(
     constants=lambda wl, node, graph, cfg: {},
     macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes,
     output_image=False, physical=physical_workload, unpack=unpack_output,
+    # The groups run one after another, each the matmul the knobs tile.
+    estimate=lambda wl, k, cfg: wl.g * estimate_matmul_cycles(wl.matmul(), k.matmul(), cfg),
 )
 

@@ -20,7 +20,7 @@ from accel.machine.config import HwConfig
 from accel.machine.dram import pack_weight
 from compiler.errors import LoweringError
 from compiler.graph.ir import Graph, Node
-from compiler.ops.accel_op import AccelOp, Block, Operand
+from compiler.ops.accel_op import AccelOp, Block, Operand, roofline_bound
 from compiler.ops.batch_matmul import BATCH_MATMUL
 from compiler.ops.compiled import bias_tiles
 from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
@@ -34,11 +34,12 @@ from compiler.ops.eltwise import (
     fits_add,
     identity_tile,
 )
-from compiler.ops.heuristic import default_conv2d_knobs, fits
+from compiler.ops.heuristic import default_conv2d_knobs, estimate_conv2d_cycles, fits
 from compiler.ops.matmul import (
     MatmulKnobs,
     MatmulWorkload,
     default_matmul_knobs,
+    estimate_matmul_cycles,
     matmul_fits,
     matmul_schedule,
 )
@@ -105,6 +106,7 @@ CONV2D = AccelOp(
     schedule=conv2d_schedule, default_knobs=default_conv2d_knobs, space=conv2d_space,
     inputs=(Operand("data", Block.IN),), constants=_conv2d_constants,
     macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes,
+    estimate=estimate_conv2d_cycles,
 )
 
 
@@ -135,6 +137,9 @@ CONV2D_ADD = AccelOp(
     inputs=(Operand("data", Block.IN), Operand("skip", Block.OUT)),
     constants=_conv2d_add_constants, macs=lambda wl: wl.macs,
     dram_bytes=lambda wl: wl.dram_bytes, layers=lambda wl: wl.layers(),
+    # The convolution's model; the epilogue's add at the add layer's roofline bound.
+    estimate=lambda wl, k, cfg: estimate_conv2d_cycles(wl.conv, k, cfg)
+    + roofline_bound(*wl.layers()[1], cfg),
 )
 
 
@@ -165,6 +170,7 @@ DENSE = AccelOp(
     schedule=matmul_schedule, default_knobs=default_matmul_knobs, space=matmul_space,
     inputs=(Operand("a", Block.IN, image=False),), constants=_dense_constants,
     macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes, output_image=False,
+    estimate=estimate_matmul_cycles,
 )
 
 
