@@ -15,7 +15,19 @@ Run from the repository root::
         --no-shipped --out ecp5.csv
 
 The committed data (``accel/dse/area_data/<target>.csv``) was made this way: the first rows
-are fitted, the ``heldout`` rows (another seed) only check the fit.
+are fitted, the ``heldout`` rows (another seed) only check the fit. The rows with LUT
+multipliers (``gemm.lut_macs``) came after::
+
+    python benchmarks/area_samples.py --target ecp5 --count 9 --seed 4 --label lutmac \
+        --lut-macs --no-shipped --out ecp5.csv
+    python benchmarks/area_samples.py --target ecp5 --count 2 --seed 5 \
+        --label heldout-lutmac --lut-macs --no-shipped --out ecp5.csv
+    python benchmarks/area_samples.py --target ecp5 --configs lut16x16.yaml \
+        --label lutmac-full --no-shipped --out ecp5.csv
+
+``lut16x16.yaml`` is ``vta_1x16x16`` with ``buffers: {inp: 16384, wgt: 65536, acc: 32768}`` and
+``gemm.lut_macs: 256``: a second array wholly in LUTs (they cost less per MAC than the
+linear term says; with one such row its error left out was 14.6%).
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -42,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--label", default="sample", help="label of the generated rows (rows "
                     "labelled heldout... are left out of the fit and test it)")
     ap.add_argument("--no-shipped", action="store_true", help="generated configs only")
+    ap.add_argument("--lut-macs", action="store_true", help="give each generated config "
+                    "LUT multipliers (gemm.lut_macs): a quarter, half or all of its MACs, "
+                    "drawn with the seed")
+    ap.add_argument("--configs", default="", help="comma-separated config files or names to "
+                    "synthesise (labelled LABEL0, LABEL1, ...) instead of a sample")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -49,8 +67,13 @@ def main(argv: list[str] | None = None) -> int:
 
     configs: list[tuple[str, HwConfig]] = [] if args.no_shipped else [
         (n, load_config(n)) for n in shipped_configs()]
-    configs += [(f"{args.label}{i}", c) for i, c in
-                enumerate(sample_configs(args.count, seed=args.seed))]
+    generated = ([load_config(c) for c in args.configs.split(",")] if args.configs
+                 else sample_configs(args.count, seed=args.seed))
+    if args.lut_macs and not args.configs:
+        rng = random.Random(args.seed)
+        generated = [c.replace(**{"gemm.lut_macs": c.peak_macs_per_cycle * c.gemm.ii
+                                  * rng.choice((1, 2, 4)) // 4}) for c in generated]
+    configs += [(f"{args.label}{i}", c) for i, c in enumerate(generated)]
     done: set[str] = set()
     if args.out.exists():
         with args.out.open() as f:

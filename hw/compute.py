@@ -352,6 +352,7 @@ class GemmCore(wiring.Component):
         cfg = params.cfg
         self._shape = (cfg.batch, cfg.block_in, cfg.block_out)
         self._deep = params.gemm_deep
+        self._lut_macs = cfg.gemm.lut_macs
         super().__init__({
             "inp": In(cfg.inp_tile_bytes * 8),
             "wgt": In(cfg.wgt_tile_bytes * 8),
@@ -370,19 +371,24 @@ class GemmCore(wiring.Component):
             inp, wgt = Signal.like(self.inp, name="inp_q"), Signal.like(self.wgt, name="wgt_q")
             m.d.sync += [inp.eq(inp_rd), wgt.eq(wgt_rd)]
         sums = []
+        first_lut = batch * bi * bo - self._lut_macs
         for b in range(batch):
             for o in range(bo):
                 prods = []
                 for k in range(bi):
                     x = inp.word_select(b * bi + k, 8).as_signed()
                     w = wgt.word_select(o * bi + k, 8).as_signed()
+                    name = f"{b}_{o}_{k}"
+                    if (b * bo + o) * bi + k >= first_lut:
+                        prods.append(self._lut_mac(m, x, w, name, operands_registered=not ecp5))
+                        continue
                     if ecp5:
-                        prod = mult18x18d(m, x, w, f"mul_{b}_{o}_{k}")
+                        prod = mult18x18d(m, x, w, f"mul_{name}")
                     else:
-                        prod = Signal(signed(16), name=f"prod_{b}_{o}_{k}")
+                        prod = Signal(signed(16), name=f"prod_{name}")
                         m.d.sync += prod.eq(x * w)
                     if self._deep:
-                        prod_q = Signal(signed(16), name=f"prod_q_{b}_{o}_{k}")
+                        prod_q = Signal(signed(16), name=f"prod_q_{name}")
                         m.d.sync += prod_q.eq(prod)
                         prod = prod_q
                     prods.append(prod)
@@ -392,6 +398,32 @@ class GemmCore(wiring.Component):
         for i, dot in enumerate(sums):
             m.d.comb += self.sums.word_select(i, 32).eq(dot)
         return m
+
+    def _lut_mac(self, m: Module, x: Value, w: Value, name: str,
+                 operands_registered: bool) -> Signal:
+        """One MAC's product from LUTs and carry chains (``gemm.lut_macs``), in the cycle a
+        multiplier block's would be ready: the operands registered (as the block's input
+        registers hold them, unless the array's operands already are), then the radix-4 Booth
+        rows of :func:`hw.lutmul.mul_low_lut_parts` summed, on 16 bits (an int8 product's).
+        Deep (:func:`hw.params.gemm_deep`), the rows' tree stops at two partial sums, registered,
+        and the fabric register after it holds their sum: the tree spans two stages."""
+        if not operands_registered:
+            x_q = Signal(signed(8), name=f"lut_x_{name}")
+            w_q = Signal(signed(8), name=f"lut_w_{name}")
+            m.d.sync += [x_q.eq(x), w_q.eq(w)]
+            x, w = x_q, w_q
+        x16, w16 = Signal(16, name=f"lut_xs_{name}"), Signal(16, name=f"lut_ws_{name}")
+        m.d.comb += [x16.eq(x), w16.eq(w)]  # sign-extended: the product mod 2**16
+        parts = mul_low_lut_parts(m, [(x16, w16)], 16, f"lut_rows_{name}",
+                                  parts=2 if self._deep else 1, booth=True)
+        regs = [Signal(16, name=f"lut_prod_{name}_{i}") for i in range(len(parts))]
+        m.d.sync += [r.eq(p) for r, p in zip(regs, parts, strict=True)]
+        prod = Signal(signed(16), name=f"lut_prod_{name}")
+        if self._deep:
+            m.d.sync += prod.eq((regs[0] + regs[1])[:16])
+        else:
+            m.d.comb += prod.eq(regs[0])
+        return prod
 
 
 def uop_read_lanes(params: RtlParams) -> int:

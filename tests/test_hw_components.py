@@ -784,9 +784,12 @@ def test_gemm_deep_follows_the_depth(tiny: HwConfig) -> None:
         assert writeback_stage(cfg, "alu") == 8
 
 
+@pytest.mark.parametrize("lut_macs", [0, 5, 16])
 @pytest.mark.parametrize("depth", [4, 5])
-def test_gemm_core_matches_numpy(tiny: HwConfig, depth: int) -> None:
-    cfg = tiny.replace(**{"gemm.depth": depth})
+def test_gemm_core_matches_numpy(tiny: HwConfig, depth: int, lut_macs: int) -> None:
+    """Every MAC on a multiplier, some (the last five) or all in LUTs (``gemm.lut_macs``):
+    the same sums in the same cycle, the extremes of int8 included."""
+    cfg = tiny.replace(**{"gemm.depth": depth, "gemm.lut_macs": lut_macs})
     p = RtlParams.of(cfg)
     dut = GemmCore(p)
     b, bi, bo = tiny.batch, tiny.block_in, tiny.block_out
@@ -794,6 +797,8 @@ def test_gemm_core_matches_numpy(tiny: HwConfig, depth: int) -> None:
     rng = np.random.default_rng(11)
     tiles = [(rng.integers(-128, 128, (b, bi), dtype=np.int8),
               rng.integers(-128, 128, (bo, bi), dtype=np.int8)) for _ in range(20)]
+    for x, w in ((-128, -128), (-128, 127), (127, 127), (-1, -128)):
+        tiles.append((np.full((b, bi), x, np.int8), np.full((bo, bi), w, np.int8)))
 
     async def bench(ctx: object) -> None:
         for k in range(len(tiles) + lag):

@@ -447,6 +447,20 @@ def test_random_programs_shallow_queues(case: tuple[Program, Dram]) -> None:
     cosim(*case)
 
 
+LUT_MACS = [TINY.replace(**{"gemm.lut_macs": 16}), TINY.replace(**{"gemm.lut_macs": 5}),
+            SHORT_GEMM.replace(**{"gemm.lut_macs": 7})]
+
+
+@pytest.mark.parametrize("variant", range(len(LUT_MACS)))
+@settings(max_examples=2, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_programs_lut_macs(variant: int, data: st.DataObject) -> None:
+    """``gemm.lut_macs``: all, some, and some without the product register (depth 4) of the
+    array's products in LUTs; the same results in the same cycles as on multiplier blocks."""
+    cosim(*data.draw(programs(LUT_MACS[variant])))
+
+
 VARIANTS = [
     TINY.replace(**{"dram.bytes_per_cycle": 4}),
     TINY.replace(**{"dram.bytes_per_cycle": 16}),

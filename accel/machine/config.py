@@ -167,9 +167,13 @@ class GemmConfig(Pipeline):
     """The GEMM core: a :class:`Pipeline`, and with ``reset_from_acc`` a GEMM reset may copy an
     acc tile (a bias) into its accumulators instead of zeros (``GemmInsn.from_acc``), so that
     the accumulation starts from the bias with no ALU ADD; off: a reset writes zeros only (the
-    original core)."""
+    original core). ``lut_macs`` of the array's MACs (the last ones, in ``(batch, out, in)``
+    order) multiply in LUTs and carry chains instead of hard multiplier blocks, so that an
+    FPGA part's blocks need not bound the array: the same products in the same cycles, so no
+    engine but the RTL and the area model sees it; 0: every MAC on a block (the original)."""
 
     reset_from_acc: bool = False
+    lut_macs: int = 0
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,14 @@ FEATURE_TAGS: dict[tuple[str, str], Any] = {
     ("dram", "merge_rows"): lambda on: "mr" if on else "",
     ("store", "postproc"): lambda on: "pp" if on else "",
     ("gemm", "reset_from_acc"): lambda on: "ra" if on else "",
+    ("gemm", "lut_macs"): lambda n: f"lm{n}" if n else "",
 }
 """Machine features spelled out in :attr:`HwConfig.name` when they are not the original
 machine's: ``(section, field) -> tag of the value`` (empty for the original)."""
+
+_UNHASHED = (("gemm", "lut_macs"),)
+"""Features of :data:`FEATURE_TAGS` newer than the name's hash, left out of the data it hashes,
+so that every config written before them keeps its name."""
 
 
 def _log2(n: int) -> int:
@@ -313,7 +322,8 @@ class HwConfig:
 
         The energy table is included (as data) only when it is not the shipped default, so
         that the data of every config that does not name one is what it was before tables
-        existed (sweep digests hash it).
+        existed (sweep digests hash it); so are the fields of ``_UNHASHED`` at their original
+        values.
         """
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -323,6 +333,9 @@ class HwConfig:
             out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
         if not self.description:
             del out["description"]
+        for section, leaf in _UNHASHED:  # at their original value: the data as before them
+            if out[section][leaf] == getattr(_SECTIONS[section](), leaf):
+                del out[section][leaf]
         if self.energy != default_energy_table():
             out["energy"] = self.energy.to_dict()
         return out
@@ -492,7 +505,8 @@ class HwConfig:
         The core shape, precisions and buffer sizes are spelled out, then the machine
         features whose values differ from the original machine (:data:`FEATURE_TAGS`: ``o8``
         for eight DRAM requests in flight, ``rr`` round-robin arbitration, ``mr`` merged
-        rows, ``pp`` the post-processing store, ``ra`` the GEMM reset from acc), each after
+        rows, ``pp`` the post-processing store, ``ra`` the GEMM reset from acc, ``lm<n>``
+        ``n`` MACs in LUTs), each after
         an underscore; when any other parameter (queues, DRAM latency and widths, clock, pipelines,
         ISA widths) differs from the defaults, a six-digit hash of them follows a dash, so two
         different configs never share a name.
@@ -510,7 +524,10 @@ class HwConfig:
         rest.pop("energy", None)            # not a hardware parameter
         defaults = HwConfig().to_dict()
         for section, leaf in FEATURE_TAGS:          # spelled out above
-            rest[section] = {**rest[section], leaf: defaults[section][leaf]}
+            if (section, leaf) in _UNHASHED:
+                rest[section] = {k: v for k, v in rest[section].items() if k != leaf}
+            else:
+                rest[section] = {**rest[section], leaf: defaults[section][leaf]}
         if all(rest[k] == defaults[k] for k in rest):
             return base
         digest = hashlib.sha1(repr(sorted(rest.items())).encode()).hexdigest()[:6]
@@ -672,6 +689,9 @@ def _validate(cfg: HwConfig) -> None:
         p = getattr(cfg, unit)
         _check(p.ii >= 1, cfg, f"{unit}.ii", "an initiation interval >= 1 cycle", p.ii)
         _check(p.depth >= 1, cfg, f"{unit}.depth", "a pipeline depth >= 1 cycle", p.depth)
+    macs = cfg.core.batch * cfg.core.block_in * cfg.core.block_out
+    _check(0 <= cfg.gemm.lut_macs <= macs, cfg, "gemm.lut_macs",
+           f"0..{macs} (the array's batch x block_in x block_out MACs)", cfg.gemm.lut_macs)
     st = cfg.store
     if st.postproc:
         _check(st.out_bits == cfg.precision.inp_bits, cfg, "store.out_bits",
