@@ -43,6 +43,8 @@ def _changes(m: Any, base: Any) -> str:
     """The fields where ``m`` differs from the base config, as ``key=value``."""
     b = dict(base.point)
     diff = [f"{k}={v}" for k, v in m.point if b.get(k) != v]
+    if m.config.gemm.lut_macs:
+        diff.append(f"gemm.lut_macs={m.config.gemm.lut_macs} (MACs in LUTs)")
     return ", ".join(diff) or "(the base config)"
 
 
@@ -131,7 +133,8 @@ def cmd_codesign(args: argparse.Namespace) -> int:
     check_model_options(args.model, 1, args.image_size)
     options = {k: v for k, v in (("image_size", args.image_size), ("seq_len", args.seq_len))
                if v is not None}
-    ev = Evaluator(args.model, device, base=args.base, graph_options=options)
+    ev = Evaluator(args.model, device, base=args.base, graph_options=options,
+                   lut_multipliers=not args.no_lut_multipliers)
     progress.start("codesign: search")
 
     def show(_: Any, evaluations: int) -> None:
@@ -211,9 +214,13 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--base", default=None,
                    help="config the search starts from and varies (default: the packaged "
                         "default)")
+    p.add_argument("--no-lut-multipliers", action="store_true",
+                   help="every MAC on a multiplier block (default: as many MACs in LUTs, "
+                        "gemm.lut_macs, as the part's blocks are short of)")
     p.add_argument("--top", type=int, default=3, help="machines to print and write")
-    p.add_argument("--starts", type=int, default=3,
-                   help="coordinate-descent starts: the base, then seeded random points")
+    p.add_argument("--starts", type=int, default=1,
+                   help="coordinate-descent starts: the base, then seeded random points "
+                        "(default 1: the base alone)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random starts")
     p.add_argument("--image-size", type=int, default=None,
                    help="ResNet input size (default 224)")

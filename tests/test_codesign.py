@@ -59,9 +59,15 @@ def test_rejections_say_why(grid_45f: codesign.SearchResult) -> None:
     ev = codesign.Evaluator("resnet18", load_device("ecp5-45f"), graph_options=NET)
     oblong = ev((("core.block_in", 4), ("core.block_out", 8)))
     assert not oblong.ok and "would run on the CPU" in oblong.reason
-    wide = ev((("core.block_in", 16), ("core.block_out", 16)))
-    assert not wide.ok and wide.reason.startswith("over budget: ")
-    assert "dsps 272 > 72" in wide.reason and wide.over > 0
+    wide = (("core.block_in", 16), ("core.block_out", 16))
+    blocks_only = codesign.Evaluator("resnet18", load_device("ecp5-45f"), graph_options=NET,
+                                     lut_multipliers=False)(wide)
+    assert not blocks_only.ok and blocks_only.reason.startswith("over budget: ")
+    assert "dsps 272 > 72" in blocks_only.reason and blocks_only.over > 0
+    assert blocks_only.config.gemm.lut_macs == 0
+    luts = ev(wide)  # 200 of the 256 MACs in LUTs: the blocks suffice, the LUTs do not
+    assert luts.config.gemm.lut_macs == 256 + 16 - 72 and luts.use["dsps"] == (72, 72)
+    assert not luts.ok and "luts" in luts.reason and "dsps" not in luts.reason
 
 
 def test_predicted_cycles_hold_to_the_timing_simulator() -> None:
@@ -116,20 +122,30 @@ def test_bad_options_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_written_configs_load_and_run_bit_exact(tmp_path: Path) -> None:
-    """On the ECP5-25F the default's 72 multipliers do not fit: the search must find
-    smaller machines, and each written config is a machine that runs the network."""
+    """On the ECP5-25F the default does not fit: the search must find smaller machines, and
+    each written config is a machine that runs the network."""
     from runtime.network import compile_network, sample_inputs
 
     out = tmp_path / "cd"
     assert main(["codesign", "resnet18", "--device", "ecp5-25f", "--image-size", "32",
                  "--starts", "1", "--top", "2", "--quiet", "--out", str(out)]) == 0
     report = yaml.safe_load((out / "codesign.json").read_text())
-    assert not report["base_fits"] and "dsps 72 > 28" in report["base_reason"]
+    # With 44 of its MACs in LUTs the default's multipliers fit, its LUTs and BRAMs do not.
+    assert not report["base_fits"] and "brams 95 > 56" in report["base_reason"]
+    assert "dsps" not in report["base_reason"]
     assert (out / "pareto.png").stat().st_size > 0
     for rank, machine in enumerate(report["machines"], 1):
         cfg = load_config(out / f"rank{rank}.yaml")
         assert cfg.name == machine["config"]
-        assert cfg.peak_macs_per_cycle + cfg.batch * cfg.block_out <= 28
+        assert cfg.peak_macs_per_cycle - cfg.gemm.lut_macs + cfg.batch * cfg.block_out <= 28
         exe = compile_network("resnet18", cfg, **NET)
         _, run = exe.run(sample_inputs(exe.graph)[0], backend="sim", check=True)
         assert run.check is True
+
+
+def test_the_partition_does_not_read_the_dram_fields() -> None:
+    """What lets the evaluator reuse a partition's layer names across DRAM settings."""
+    ev = codesign.Evaluator("resnet18", load_device("ecp5-45f"), graph_options=NET)
+    for change in ({"dram.bytes_per_cycle": 4}, {"dram.max_outstanding": 1},
+                   {"dram.latency": 7, "dram.merge_rows": True}):
+        assert set(ev._layers(ev.base.replace(**change))) == set(ev._layers(ev.base)), change

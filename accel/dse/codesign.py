@@ -2,7 +2,9 @@
 
 A candidate machine is a point of :data:`SPACE` (GEMM shape, buffer sizes, DRAM width and
 requests in flight, the store and reset options) over a base config, at the part's clock
-(:mod:`accel.machine.fpga`). Each is priced in two steps, cheapest first:
+(:mod:`accel.machine.fpga`), with as many of its MACs in LUTs (``gemm.lut_macs``) as the
+part's multiplier blocks are short of (unless ``lut_multipliers`` is off). Each is priced in
+two steps, cheapest first:
 
 1. **Area** (:mod:`accel.dse.area_model`, milliseconds): the predicted LUT positions,
    flip-flops, DSP and block-RAM cells held to the part's budget; a machine over it, or one the
@@ -11,17 +13,18 @@ requests in flight, the store and reset options) over a base config, at the part
    machine, and every accelerator layer is priced by its operator's model with the knobs the
    compiler would choose (:meth:`compiler.ops.accel_op.AccelOp.predict`: the conv2d heuristic's
    cycle model, the matmul model; an operator without a model at its roofline bound, and the
-   report says which share of the cycles that is). A machine that would leave on the CPU a
-   layer the base config runs (an elementwise add needs ``block_in == block_out``) is
-   rejected: its cycles would not be the same network's.
+   report says which share of the cycles that is).
 
-:func:`search` walks the space by coordinate descent from the base config and seeded random
-starts: over and over, one axis at a time (the GEMM shape is one axis), every value of that
-axis with the others held, moving to the best, until no axis improves; the best machine of
-all starts wins (fewest cycles, then fewest LUT positions). From a machine over the budget
-(the base on a smaller part) the descent moves to the neighbour nearest the budget until one
-fits. :func:`grid` prices every point, for tests and for ``benchmarks/codesign_quality.py``,
-which compares the two.
+Before both, a machine that would leave on the CPU a layer the base config runs (an elementwise
+add needs ``block_in == block_out``) is rejected: its cycles would not be the same network's.
+
+:func:`search` walks the space by coordinate descent from the base config (and, with
+``starts > 1``, from seeded random points too): over and over, one axis at a time (the GEMM
+shape is one axis), every value of that axis with the others held, moving to the best, until
+no axis improves; the best machine of all starts wins (fewest cycles, then fewest LUT
+positions). From a machine over the budget (the base on a smaller part) the descent moves to
+the neighbour nearest the budget until one fits. :func:`grid` prices every point, for tests
+and for ``benchmarks/codesign_quality.py``, which compares the two.
 
 The objective is latency at the part's clock, which for one part ranks as cycles do.
 """
@@ -107,7 +110,8 @@ class Evaluator:
     """
 
     def __init__(self, model: Any, device: FpgaDevice, base: HwConfig | str | None = None,
-                 graph_options: dict[str, Any] | None = None) -> None:
+                 graph_options: dict[str, Any] | None = None,
+                 lut_multipliers: bool = True) -> None:
         from runtime.network import load_model
 
         if device.family != "ecp5":
@@ -116,6 +120,7 @@ class Evaluator:
                 "is fitted to Yosys's ECP5 counts); a search needs one to hold machines to "
                 "the part's budget")
         self.device = device
+        self.lut_multipliers = lut_multipliers
         base_cfg = base if isinstance(base, HwConfig) else load_config(base)
         self.base = base_cfg.replace(clock_mhz=device.clock_mhz)
         self.graph = load_model(model, **(graph_options or {}))
@@ -124,6 +129,7 @@ class Evaluator:
         self.area_checks = 0
         self._seen: dict[tuple[tuple[str, Any], ...], Machine] = {}
         self._predicted: dict[tuple[str, Any, HwConfig], tuple[float, bool]] = {}
+        self._partitions: dict[HwConfig, set[str]] = {}
 
     def _layers(self, cfg: HwConfig) -> dict[str, tuple[Any, Any]]:
         """The accelerator layers of the network on ``cfg``: name -> (entry, workload)."""
@@ -138,6 +144,16 @@ class Evaluator:
                 out[node.name] = (entry, entry.workload(node, graph))
         return out
 
+    def _names_of(self, cfg: HwConfig) -> set[str]:
+        """The names of :meth:`_layers`, remembered for every config that differs only in its
+        DRAM (which the partition does not read; the stem fold does, so the layers themselves
+        are not remembered): the check that a machine runs the base's layers comes before its
+        area, so that a descent never settles where the network cannot run."""
+        key = cfg.replace(dram=self.base.to_dict()["dram"])
+        if key not in self._partitions:
+            self._partitions[key] = set(self._layers(cfg))
+        return self._partitions[key]
+
     def __call__(self, point: Sequence[tuple[str, Any]]) -> Machine:
         point = tuple(sorted(point))
         if point not in self._seen:
@@ -149,6 +165,13 @@ class Evaluator:
         """Every point priced so far, in order of pricing."""
         return list(self._seen.values())
 
+    def _with_lut_macs(self, cfg: HwConfig) -> HwConfig:
+        """``cfg`` with the fewest LUT multipliers (``gemm.lut_macs``) that leave the part's
+        multiplier blocks enough for the rest of the array and the ALU lanes (one each)."""
+        macs = cfg.batch * cfg.block_in * cfg.block_out
+        need = macs + cfg.batch * cfg.block_out - self.device.dsp.count
+        return cfg.replace(**{"gemm.lut_macs": min(macs, max(0, need))})
+
     def _price(self, point: tuple[tuple[str, Any], ...]) -> Machine:
         from compiler.errors import LoweringError
         from hw.params import check_rtl_config
@@ -156,12 +179,18 @@ class Evaluator:
         self.area_checks += 1
         try:
             cfg = self.base.replace(**dict(point))
+            if self.lut_multipliers:
+                cfg = self._with_lut_macs(cfg)
             check_rtl_config(cfg)
         except (ConfigError, ValueError) as exc:
             return Machine(self.base, point, reason=f"invalid: {exc}")
         if cfg.dram.bytes_per_cycle > self.device.memory_bytes_per_cycle:
             return Machine(cfg, point, reason=f"DRAM {cfg.dram.bytes_per_cycle} bytes/cycle > "
                            f"the part's {self.device.memory_bytes_per_cycle}")
+        missing = self.required - self._names_of(cfg)
+        if missing:
+            return Machine(cfg, point, reason=f"{len(missing)} layers the base runs would run "
+                           f"on the CPU (first: {sorted(missing)[0]})")
         area = estimate_area(cfg, self.device.family)
         use = budget_use(area, self.device)
         over = [f"{k} {u} > {h}" for k, (u, h) in use.items() if u > h]
@@ -170,11 +199,6 @@ class Evaluator:
                            use=use)
         self.evaluations += 1
         layers = self._layers(cfg)
-        missing = self.required - set(layers)
-        if missing:
-            return Machine(cfg, point, area=area, use=use,
-                           reason=f"{len(missing)} layers the base runs would run on the CPU "
-                           f"(first: {sorted(missing)[0]})")
         cycles: dict[str, float] = {}
         modelled = 0.0
         for name, (entry, wl) in layers.items():
@@ -257,11 +281,12 @@ def _finish(ev: Evaluator, base: Machine) -> SearchResult:
     return SearchResult(ranked, ev.evaluations, ev.area_checks, base)
 
 
-def search(ev: Evaluator, space: dict[str, Sequence[Any]] | None = None, starts: int = 3,
+def search(ev: Evaluator, space: dict[str, Sequence[Any]] | None = None, starts: int = 1,
            seed: int = 0, progress: Callable[[Machine, int], None] | None = None
            ) -> SearchResult:
     """Coordinate descent from the base config and ``starts - 1`` seeded random points (module
-    docstring). ``progress(best, evaluations)`` after each axis step.
+    docstring; ``benchmarks/codesign_quality.py`` measures one start against the grid).
+    ``progress(best, evaluations)`` after each axis step.
 
     Raises
     ------
