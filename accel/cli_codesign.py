@@ -102,6 +102,7 @@ def _verify(model: str, m: Any, progress: Progress, options: dict[str, Any]) -> 
 
 
 def _synth(m: Any, device: Any, pnr: bool) -> dict[str, Any]:
+    from accel.dse.area_model import CSV_COUNTS
     from hw.synth import synthesize
 
     kw: dict[str, Any] = {"pnr": pnr}
@@ -110,9 +111,8 @@ def _synth(m: Any, device: Any, pnr: bool) -> dict[str, Any]:
             raise CliError(f"--pnr: {device.name} has no nextpnr device")
         kw["device"] = device.nextpnr["device"]
     r = synthesize(m.config, device.family, **kw)
-    measured = {"luts": r.luts, "ffs": r.ffs, "dsps": r.dsps, "brams": r.brams,
-                "lutrams": r.lutrams}
-    predicted = {k: getattr(m.area, k) for k in measured}
+    measured = {k: getattr(r, k) for k in CSV_COUNTS}
+    predicted = {k: getattr(m.area, k) for k in CSV_COUNTS}
     return {"measured": measured, "predicted": predicted, "fmax_mhz": r.fmax_mhz}
 
 

@@ -348,6 +348,19 @@ def _totals(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _draw_front(ax: Any, points: Sequence[tuple[float, float]], label: str,
+                size: int) -> list[int]:
+    """``points`` in grey and their Pareto front in red, as a step line; returns the front."""
+    front = pareto_front(points)
+    ax.scatter([p[0] for p in points], [p[1] for p in points], s=size, color="tab:gray",
+               label=label)
+    fx = [points[i][0] for i in front]
+    fy = [points[i][1] for i in front]
+    ax.step(fx, fy, where="post", color="tab:red", linewidth=1.2)
+    ax.scatter(fx, fy, s=40, color="tab:red", label="Pareto front", zorder=3)
+    return front
+
+
 def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, area: str = "luts",
                 source: str = "results") -> list[Path]:
     """Total workload latency against area, one marker per config, Pareto front highlighted.
@@ -368,14 +381,8 @@ def plot_pareto(rows: Sequence[dict[str, Any]], out: Path, area: str = "luts",
         raise PlotError(f"{source}: no config has every row ok and an {column} figure")
     names = list(totals)
     points = [(float(totals[c]["row"][column]), totals[c]["ms"]) for c in names]
-    front = pareto_front(points)
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    ax.scatter([p[0] for p in points], [p[1] for p in points], s=24, color="tab:gray",
-               label="config")
-    fx = [points[i][0] for i in front]
-    fy = [points[i][1] for i in front]
-    ax.step(fx, fy, where="post", color="tab:red", linewidth=1.2)
-    ax.scatter(fx, fy, s=40, color="tab:red", label="Pareto front", zorder=3)
+    front = _draw_front(ax, points, "config", 24)
     labels = _labels(t["row"] for t in totals.values())
     for i in front:
         ax.annotate(_short(labels[names[i]], 40), points[i], fontsize="x-small",
@@ -396,14 +403,8 @@ def plot_codesign(result: Any, device: Any, model: str, out: Path) -> list[Path]
     plt = _pyplot()
     ok = result.ranked
     points = [(float(m.area.lut_positions), m.latency_ms) for m in ok]
-    front = pareto_front(points)
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    ax.scatter([p[0] for p in points], [p[1] for p in points], s=18, color="tab:gray",
-               label=f"machine that fits ({len(ok)})")
-    fx = [points[i][0] for i in front]
-    fy = [points[i][1] for i in front]
-    ax.step(fx, fy, where="post", color="tab:red", linewidth=1.2)
-    ax.scatter(fx, fy, s=40, color="tab:red", label="Pareto front", zorder=3)
+    _draw_front(ax, points, f"machine that fits ({len(ok)})", 18)
     base = result.base
     if base.ok:
         ax.scatter([base.area.lut_positions], [base.latency_ms], marker="s", s=60,
@@ -708,13 +709,8 @@ def _front_plot(totals: dict[str, dict[str, Any]], xs: dict[str, float], xlabel:
     plt = _pyplot()
     names = list(totals)
     points = [(xs[c], totals[c]["uj"]) for c in names]
-    front = pareto_front(points)
     fig, ax = plt.subplots(figsize=(8, 5.5))
-    ax.scatter([p[0] for p in points], [p[1] for p in points], s=24, color="tab:gray",
-               label="config")
-    fx, fy = [points[i][0] for i in front], [points[i][1] for i in front]
-    ax.step(fx, fy, where="post", color="tab:red", linewidth=1.2)
-    ax.scatter(fx, fy, s=40, color="tab:red", label="Pareto front", zorder=3)
+    front = _draw_front(ax, points, "config", 24)
     labels = _labels(t["row"] for t in totals.values())
     listed = []
     for k, i in enumerate(front, 1):

@@ -97,7 +97,7 @@ class Machine:
         others rejected."""
         if self.cycles is not None and self.area is not None:
             return (0, self.cycles, self.area.lut_positions)
-        if self.reason.startswith("over budget"):
+        if self.over > 0:
             return (1, self.over, 0)
         return (2, 0, 0)
 
@@ -124,6 +124,7 @@ class Evaluator:
         base_cfg = base if isinstance(base, HwConfig) else load_config(base)
         self.base = base_cfg.replace(clock_mhz=device.clock_mhz)
         self.graph = load_model(model, **(graph_options or {}))
+        self._optimised: dict[HwConfig, dict[str, tuple[Any, Any]]] = {}
         self.required = set(self._layers(self.base))
         self.evaluations = 0
         self.area_checks = 0
@@ -132,17 +133,17 @@ class Evaluator:
         self._partitions: dict[HwConfig, set[str]] = {}
 
     def _layers(self, cfg: HwConfig) -> dict[str, tuple[Any, Any]]:
-        """The accelerator layers of the network on ``cfg``: name -> (entry, workload)."""
+        """The accelerator layers of the network on ``cfg``: name -> (entry, workload), the
+        graph optimised once per config (the partition check and the pricing both ask)."""
         from compiler.graph.passes import optimize
         from compiler.ops.registry import accel_op
 
-        graph = optimize(self.graph, cfg)
-        out = {}
-        for node in graph.nodes:
-            if node.attrs.get("target") == "accel":
-                entry = accel_op(node.op)
-                out[node.name] = (entry, entry.workload(node, graph))
-        return out
+        if cfg not in self._optimised:
+            graph = optimize(self.graph, cfg)
+            self._optimised[cfg] = {
+                node.name: (accel_op(node.op), accel_op(node.op).workload(node, graph))
+                for node in graph.nodes if node.attrs.get("target") == "accel"}
+        return self._optimised[cfg]
 
     def _names_of(self, cfg: HwConfig) -> set[str]:
         """The names of :meth:`_layers`, remembered for every config that differs only in its
