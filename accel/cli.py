@@ -8,10 +8,11 @@ command that needs them, so ``accel config show`` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -253,12 +254,8 @@ def print_report(report: Any, out: Any = None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import numpy as np
 
-    import accel
-    from accel.cli_exec import rtl_failure, vcd_dump, vcd_summary
-    from compiler.errors import LoweringError
-    from compiler.graph.ir import GraphError
+    from accel.cli_exec import vcd_dump
 
     check_model_options(args.model, args.batch, args.image_size)
     out_dir = check_out_dir(args.out, "--out") if args.out else None
@@ -268,6 +265,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     dump = vcd_dump(args)
     if args.vcd_layer is not None and dump is None:
         raise CliError("--vcd-layer needs --vcd FILE")
+    plotter = Plotter.start() if out_dir is not None and args.backend != "fsim" else None
+    try:
+        return _run_checked(args, cfg, out_dir, dump, plotter)
+    finally:
+        if plotter is not None:
+            plotter.close()
+
+
+def _run_checked(args: argparse.Namespace, cfg: Any, out_dir: Path | None, dump: Any,
+                 plotter: Plotter | None) -> int:
+    """:func:`cmd_run` once its arguments are checked."""
+    import numpy as np
+
+    import accel
+    from accel.cli_exec import rtl_failure, vcd_summary
+    from compiler.errors import LoweringError
+    from compiler.graph.ir import GraphError
+
     is_onnx = str(args.model).endswith(".onnx")
     progress = Progress(sys.stderr, quiet=args.quiet)
     started = time.perf_counter()
@@ -301,9 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         outputs, report = exe.run(x, backend=args.backend, fallback=args.fallback, check=check,
                                   trace=out_dir is not None and args.backend != "fsim"
                                   and not args.no_trace,
-                                  progress=_plotting_preloaded(steps(progress, "done"))
-                                  if out_dir is not None and args.backend != "fsim"
-                                  else steps(progress, "done"),
+                                  progress=steps(progress, "done"),
                                   layer_options={dumped: {"vcd": dump}} if dumped else None)
     except RuntimeError as exc:   # the RTL: a failed Verilator build, the cycle limit
         raise CliError(rtl_failure(exc)) from exc
@@ -311,7 +324,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress.end()
     ran = time.perf_counter()
     if args.json:
-        return _run_json(args, exe, x, outputs, report, check, out_dir)
+        return _run_json(args, exe, x, outputs, report, check, out_dir, plotter)
     print_report(report)
     if dump is not None:
         layer = next(layer for layer in report.layers if layer.name == dumped)
@@ -337,43 +350,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                   "with the numpy reference network")
     print(f"time: compile {compiled - started:.2f} s, run {ran - compiled:.2f} s")
     if out_dir is not None:
-        names = _write_run_files(report, out_dir, args.backend, trace=not args.no_trace)
+        names = _write_run_files(report, out_dir, args.backend, trace=not args.no_trace,
+                                 plotter=plotter)
         print(f"wrote {out_dir}/{', '.join(names)}")
     return 1 if check and report.check is False else 0
 
 
-def _plotting_preloaded(show: Callable[[int, int, str], None]
-                        ) -> Callable[[int, int, str], None]:
-    """``show``, which at its first call (a run's first layer) starts importing the modules
-    ``RunReport.plot_utilization`` needs in a thread of their own: matplotlib's import, most
-    of what ``--out`` costs, then fills the time the run waits for its timing worker. Started
-    once the run is under way, after ``prefetch_timing`` has forked its worker, so that no fork
-    copies a half-held import lock; an import that fails here fails again, with its message,
-    where the plot is drawn."""
-    import contextlib
-    import threading
-
-    started = False
-
-    def preload() -> None:
-        with contextlib.suppress(Exception):
-            import matplotlib.backends.backend_agg
-            import matplotlib.collections
-            import matplotlib.figure
-            import matplotlib.patches  # noqa: F401
-
-    def first(k: int, n: int, name: str) -> None:
-        nonlocal started
-        if not started:
-            started = True
-            threading.Thread(target=preload, name="preload-matplotlib", daemon=True).start()
-        show(k, n, name)
-
-    return first
-
-
 def _run_json(args: argparse.Namespace, exe: Any, x: Any, outputs: Any, report: Any,
-              check: bool, out_dir: Path | None) -> int:
+              check: bool, out_dir: Path | None, plotter: Plotter | None) -> int:
     """``accel run --json``: report.json's content on stdout (the check included)."""
     import numpy as np
 
@@ -382,26 +366,95 @@ def _run_json(args: argparse.Namespace, exe: Any, x: Any, outputs: Any, report: 
         if not all(np.array_equal(outputs[k], ref[k]) for k in ref):
             report.check = False
     if out_dir is not None:
-        _write_run_files(report, out_dir, args.backend)
+        _write_run_files(report, out_dir, args.backend, plotter=plotter)
     print(json.dumps(report.to_dict(), indent=2))
     return 1 if check and report.check is False else 0
 
 
-def _write_run_files(report: Any, out_dir: Path, backend: str, trace: bool = True
-                     ) -> list[str]:
+def _write_run_files(report: Any, out_dir: Path, backend: str, trace: bool = True,
+                     plotter: Plotter | None = None) -> list[str]:
     """report.json, layers.csv (and utilization.png, trace.json but on fsim; no trace.json
-    without ``trace``) in ``out_dir``; the names written."""
+    without ``trace``) in ``out_dir``; the names written. ``plotter``: the worker that draws
+    the plot (else it is drawn here)."""
     make_out_dir(out_dir, "--out")
     report.write_json(out_dir / "report.json")
     report.write_csv(out_dir / "layers.csv")
     names = ["report.json", "layers.csv"]
     if backend != "fsim":
-        report.plot_utilization(out_dir / "utilization.png")
-        names.append("utilization.png")
+        drawn = plotter.plot(report, out_dir / "utilization.png") if plotter else None
         if trace:
             report.write_trace(out_dir / "trace.json")
+        if drawn is not None:
+            drawn.result()  # the worker's error, if any, raised here
+        else:
+            report.plot_utilization(out_dir / "utilization.png")
+        names.append("utilization.png")
+        if trace:
             names.append("trace.json")
     return names
+
+
+class Plotter:
+    """A worker process that draws ``accel run --out``'s ``utilization.png`` beside this one.
+
+    Forked when the command starts, it imports matplotlib (most of what the plot costs) while
+    this process compiles and runs the network, and draws the plot from the finished report
+    (its layers: the traces stay here) while this process writes the trace. ``start``
+    returns None where no worker can be forked; :meth:`close` stops it (on an error or
+    Ctrl-C, at once)."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    @classmethod
+    def start(cls) -> Plotter | None:
+        import concurrent.futures
+        import multiprocessing
+
+        from runtime.workers import PoolHandle, sigint_deferred, worker_init
+
+        if multiprocessing.current_process().daemon:
+            return None
+        try:
+            context = multiprocessing.get_context("fork")
+        except ValueError:
+            return None
+        with sigint_deferred():  # the worker is forked at the first submit: record it first
+            pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                                          initializer=worker_init)
+            pool.submit(_import_plotting)
+            return cls(PoolHandle.of(pool))
+
+    def plot(self, report: Any, path: Path) -> Any:
+        """A future of ``report.plot_utilization(path)`` drawn by the worker."""
+        import dataclasses
+
+        return self.handle.pool.submit(_plot_utilization,
+                                       dataclasses.replace(report, traces=[]), path)
+
+    def close(self) -> None:
+        from runtime.workers import stop_pool
+
+        stop_pool(self.handle)
+
+
+def _import_plotting() -> None:
+    """The plot worker's first task, at the lowest priority: the run's timing worker comes
+    first on the core they share, and the import takes what the run leaves idle. An import
+    that fails here fails again, with its message, where the plot is drawn."""
+    import os
+
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(19)
+    with contextlib.suppress(Exception):
+        import matplotlib.backends.backend_agg
+        import matplotlib.collections
+        import matplotlib.figure
+        import matplotlib.patches  # noqa: F401
+
+
+def _plot_utilization(report: Any, path: Path) -> Path:
+    return report.plot_utilization(path)
 
 
 def _logged_layers(exe: Any, path: str) -> int:

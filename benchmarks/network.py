@@ -1,9 +1,10 @@
 """End-to-end network figures: `accel run resnet18` wall time, cycles, memory plan, ONNX agreement.
 
 With ``--breakdown`` it prints instead, in one run on warm caches (a fresh cache folder, filled
-by a warm-up run of each command), the toolkit's own speed against the BLAS floor: the float32
-time of ResNet-18's accelerator convolutions as one im2col matrix product each
-(``numpy.matmul``, best of 5; the stem as compiled, folded), then each command's best wall time
+by a warm-up run of each command, and the project's bytecode compiled), the toolkit's own
+speed against the BLAS floor: the float32 time of ResNet-18's accelerator convolutions as one
+im2col matrix product each (``numpy.matmul``, best of 5; the stem as compiled, folded), then
+each command's best wall time
 of ``--repeats`` and its ratio to that floor (``accel run resnet18``, with ``--out``,
 ``accel run resnet50 --no-check``, ``accel run bert_base --no-trace``, ``accel --help``,
 ``accel config show``), then ``accel run resnet18``'s parts measured in one process: imports
@@ -225,6 +226,17 @@ def parts_of_a_run() -> dict[str, float]:
             "rest of the run": ran - compiled - in_sim[0]}
 
 
+def warm_bytecode() -> None:
+    """Write the project's bytecode caches (``__pycache__``), as a wheel's install does and as
+    any import does unless ``PYTHONDONTWRITEBYTECODE`` is set (it is on some machines,
+    and then every command would compile the project's sources anew: 0.2 s of each)."""
+    import compileall
+
+    root = Path(__file__).resolve().parents[1]
+    for package in ("accel", "compiler", "runtime", "sim", "hw"):
+        compileall.compile_dir(root / package, quiet=1)
+
+
 def breakdown(repeats: int) -> None:
     floor = blas_floor()
     print(f"BLAS floor (float32 im2col products of ResNet-18's convolutions, best of 5): "
@@ -240,6 +252,7 @@ def breakdown(repeats: int) -> None:
             "accel --help": ["accel", "--help"],
             "accel config show": ["accel", "config", "show"],
         }
+        warm_bytecode()
         for cmd in commands.values():
             wall(cmd)  # warm-up: fills the caches
             shutil.rmtree(out, ignore_errors=True)

@@ -8,8 +8,10 @@ kernels when a CUDA GPU is present).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -17,13 +19,14 @@ from typing import Any
 from accel.machine.config import HwConfig, load_config
 from accel.machine.dram import Dram
 from accel.machine.program import Program, ProgramError
-from runtime.workers import PoolHandle, sigint_deferred, stop_pool, worker_init
+from runtime.workers import PoolHandle, stop_pool, submit_forked
 
 __all__ = [
     "BackendCaps",
     "RunResult",
     "activity",
     "available_backends",
+    "blas_threads",
     "cancel_prefetch",
     "fallback_kernels",
     "find_backend",
@@ -215,7 +218,7 @@ def _timing_only(program: Program, cfg: HwConfig, trace: bool) -> Any:
     return _timing_engine(cfg, trace, "fast", functional=False).run(program, Dram())
 
 
-def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False) -> None:
+def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False) -> bool:
     """Start simulating the timing of ``programs`` in a worker process.
 
     Timing does not depend on data, so while the caller runs a network's layers one after
@@ -223,17 +226,8 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
     the later ones. ``run_program(..., backend="sim")`` then picks the result up and only runs
     the functional simulator. Does nothing where processes cannot be forked, or in a daemonic
     process (a worker of a process pool or of Dask), which may not have children.
-    :func:`cancel_prefetch` stops the worker.
+    :func:`cancel_prefetch` stops the worker. True when a worker was started.
     """
-    import concurrent.futures
-    import multiprocessing
-
-    if multiprocessing.current_process().daemon:
-        return  # a daemonic process (a pool or Dask worker) may not start children
-    try:
-        context = multiprocessing.get_context("fork")
-    except ValueError:
-        return
     todo: dict[tuple[HwConfig, bytes, bool], Program] = {}
     _SIGNED.clear()  # a run's programs at a time
     for program in programs:
@@ -242,17 +236,37 @@ def prefetch_timing(programs: list[Program], cfg: HwConfig, trace: bool = False)
         key = (cfg, signature, trace)
         if key not in _TIMING_CACHE and key not in _PENDING:
             todo.setdefault(key, program)
+    # The first program is simulated here, timing and data at once, while the worker starts
+    # (a fork and its imports) on the later ones: waiting for its result would idle this core.
+    todo.pop(next(iter(todo), None), None)
     if len(todo) < 2:
+        return False
+    forked = submit_forked([functools.partial(_timing_only, program, cfg, trace)
+                            for program in todo.values()])
+    if forked is None:
+        return False
+    handle, futures = forked
+    _PENDING.update(zip(todo, futures, strict=True))
+    # Pools of earlier runs have delivered every timing; this one's worker is stopped by
+    # cancel_prefetch when its run ends early.
+    _PREFETCH_POOLS[:] = [handle]
+    return True
+
+
+@contextlib.contextmanager
+def blas_threads(limit: int | None) -> Iterator[None]:
+    """At most ``limit`` BLAS threads in this process inside the block (None: no limit).
+
+    While the prefetch worker simulates on one core, a BLAS product in this process threaded
+    over every core would contend with it (and OpenBLAS's threads spin while they wait), so a
+    sim run with a worker keeps its checks and fallback kernels to one thread."""
+    if limit is None:
+        yield
         return
-    with sigint_deferred():  # the worker is forked at the first submit: record it first
-        pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context,
-                                                      initializer=worker_init)
-        for key, program in todo.items():
-            _PENDING[key] = pool.submit(_timing_only, program, cfg, trace)
-        # Pools of earlier runs have delivered every timing; this one's worker is stopped by
-        # cancel_prefetch when its run ends early.
-        _PREFETCH_POOLS[:] = [PoolHandle.of(pool)]
-        pool.shutdown(wait=False)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=limit, user_api="blas"):
+        yield
 
 
 def cancel_prefetch() -> None:

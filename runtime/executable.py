@@ -35,6 +35,7 @@ from compiler.ops.accel_op import AccelOp, Block, Operand, roofline_efficiency
 from compiler.ops.compiled import CompiledOp
 from compiler.ops.registry import accel_op
 from runtime.backends import (
+    blas_threads,
     cancel_prefetch,
     fallback_kernels,
     find_backend,
@@ -463,13 +464,16 @@ class Executable:
                                  f"{want.shape}, got {value.dtype} of shape {value.shape}")
             env[name] = value
         try:
-            if device.caps.name == "sim":
-                prefetch_timing([op.program for op in self.compiled.values()], self.cfg, trace)
-            return self._run_nodes(env, (backend, fallback), device, kernels, reference, check,
-                                   trace, progress, layer_options, started)
-        except BaseException:
-            cancel_prefetch()  # an error or Ctrl-C: the timings of later layers are not needed
-            raise
+            worker = device.caps.name == "sim" and prefetch_timing(
+                [op.program for op in self.compiled.values()], self.cfg, trace)
+            with blas_threads(1 if worker else None):
+                return self._run_nodes(env, (backend, fallback), device, kernels, reference,
+                                       check, trace, progress, layer_options, started)
+        finally:
+            # An error or Ctrl-C: the timings of later layers are not needed. Else the worker
+            # has delivered them all and waits for its end: joined here, not left to the
+            # interpreter's exit (which, collecting the pool late, prints an ignored error).
+            cancel_prefetch()
 
     def _run_nodes(self, env: dict[str, np.ndarray], names: tuple[str, str], device: Any,
                    kernels: Any, reference: Any, check: bool, trace: bool,

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import multiprocessing
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PoolHandle", "sigint_deferred", "stop_pool", "worker_init"]
+__all__ = ["PoolHandle", "sigint_deferred", "stop_pool", "submit_forked", "worker_init"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -97,3 +98,38 @@ def stop_pool(handle: PoolHandle | concurrent.futures.ProcessPoolExecutor) -> No
     manager = handle.manager or getattr(handle.pool, "_executor_manager_thread", None)
     if manager is not None and manager is not threading.current_thread():
         manager.join(timeout=10)
+
+
+_FORKED: list[Callable[[], Any]] = []
+"""The calls of the worker :func:`submit_forked` forks last, by position: the worker inherits
+them with the rest of the parent's memory, and a task names its call by index."""
+
+
+def _call_forked(index: int) -> Any:
+    return _FORKED[index]()
+
+
+def submit_forked(calls: Sequence[Callable[[], Any]]
+                  ) -> tuple[PoolHandle, list[concurrent.futures.Future[Any]]] | None:
+    """Run ``calls`` in order in one forked worker process; its handle (for
+    :func:`stop_pool`) and a future per call, or None where no worker can be forked (no
+    ``fork`` start method, or a daemonic process: a pool or Dask worker may have no children).
+
+    The worker is forked at the first submit and inherits the calls, so neither they nor
+    what they reach are pickled (a network's programs or its trace would cost the parent as
+    much to pickle as to use); only their results come back pickled. The pool is shut down
+    at once: it ends when the last call has run, or when :func:`stop_pool` stops it."""
+    if multiprocessing.current_process().daemon:
+        return None
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:
+        return None
+    with sigint_deferred():  # the worker is forked at the first submit: record it first
+        pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                                      initializer=worker_init)
+        _FORKED[:] = calls
+        futures = [pool.submit(_call_forked, index) for index in range(len(calls))]
+        handle = PoolHandle.of(pool)
+        pool.shutdown(wait=False)
+    return handle, futures

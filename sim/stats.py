@@ -135,6 +135,29 @@ class SimStats:
     timeline: list[Slice] = field(default_factory=list, repr=False)
     counters: list[tuple[str, int, float]] = field(default_factory=list, repr=False)
 
+    # A run's trace is pickled packed (the timing worker sends it to the parent): its slices
+    # and counters as a few numpy arrays, not hundreds of thousands of objects, which cost
+    # the receiving process as much to unpickle as to write. The receiver keeps them packed
+    # (the trace writer reads the arrays) until ``timeline`` or ``counters`` is asked for.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        packed = _pack_trace(state.get("timeline", ()), state.get("counters", ()))
+        if packed is not None:
+            del state["timeline"], state["counters"]
+            state["_packed"] = packed
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def __getattr__(self, name: str) -> Any:  # only for attributes not there: packed ones
+        packed = self.__dict__.get("_packed")
+        if packed is None or name not in ("timeline", "counters"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        self.timeline, self.counters = _unpack_trace(packed)
+        del self.__dict__["_packed"]
+        return self.__dict__[name]
+
     @property
     def gemm_utilization(self) -> float:
         """MACs performed / (cycles x peak MACs per cycle), 0..1."""
@@ -561,21 +584,81 @@ def _program_columns(blocks: Sequence[tuple[SimStats, float]], lists: list[Seque
     return int(bounds[-1]), bounds, us, offset
 
 
+def _pack_slices(timeline: Sequence[Slice]) -> tuple[Any, ...]:
+    """Slices as arrays: module (its index in ``MODULES``), name (an index into the list of
+    names that follows), instruction index, start, end."""
+    import numpy as np
+
+    tids = {name: tid for tid, name in enumerate(MODULES)}
+    names, n = _Numbering(), len(timeline)
+    return (np.fromiter(map(tids.__getitem__, map(attrgetter("module"), timeline)), np.int8, n),
+            np.fromiter(map(names.__getitem__, map(attrgetter("name"), timeline)), np.int32, n),
+            list(names), np.fromiter(map(attrgetter("index"), timeline), np.int64, n),
+            np.fromiter(map(attrgetter("start"), timeline), np.int64, n),
+            np.fromiter(map(attrgetter("end"), timeline), np.int64, n))
+
+
+def _pack_counters(counters: Sequence[tuple[str, int, float]]) -> tuple[Any, ...] | None:
+    """Counters as arrays: name (an index into the list of names that follows), cycle,
+    value; None unless every counter is ``(str, int, float)``."""
+    import numpy as np
+
+    if not all(type(c) is int and type(v) is float for _, c, v in counters):
+        return None
+    names, n = _Numbering(), len(counters)
+    return (np.fromiter(map(names.__getitem__, map(itemgetter(0), counters)), np.int32, n),
+            list(names), np.fromiter(map(itemgetter(1), counters), np.int64, n),
+            np.fromiter(map(itemgetter(2), counters), np.float64, n))
+
+
+def _pack_trace(timeline: Sequence[Slice], counters: Sequence[tuple[str, int, float]]
+                ) -> dict[str, Any] | None:
+    """A trace's slices and counters as arrays (:meth:`SimStats.__getstate__`); None when
+    there is none, or a counter is of other types (the lists are pickled as they are)."""
+    if not (timeline or counters):
+        return None
+    packed = _pack_counters(counters)
+    return None if packed is None else {"slices": _pack_slices(timeline), "counters": packed}
+
+
+def _unpack_trace(packed: dict[str, Any]) -> tuple[list[Slice], list[tuple[str, int, float]]]:
+    """The lists :func:`_pack_trace` packed."""
+    tid, name, slice_names, index, start, end = packed["slices"]
+    code, names, cycle, value = packed["counters"]
+    timeline = list(map(Slice, map(MODULES.__getitem__, tid.tolist()),
+                        index.tolist(), map(slice_names.__getitem__, name.tolist()),
+                        start.tolist(), end.tolist()))
+    counters = list(zip(map(names.__getitem__, code.tolist()), cycle.tolist(),
+                        value.tolist(), strict=True))
+    return timeline, counters
+
+
+def _merged_names(columns: Sequence[tuple[Any, list[str]]]) -> tuple[Any, list[str]]:
+    """Blocks' ``(name indices, names)`` as one: indices into one list of names, and those
+    names as JSON text."""
+    import numpy as np
+
+    numbering = _Numbering()
+    index = [np.array([numbering[t] for t in names], np.int64)[codes] if len(codes)
+             else codes.astype(np.int64) for codes, names in columns]
+    return np.concatenate(index), [json.dumps(t) for t in numbering]
+
+
 def _slice_rows(blocks: Sequence[tuple[SimStats, float]]) -> tuple[Any, Any] | None:
     """Every block's slices as event rows, and each block's first row."""
     import numpy as np
 
-    lists = [stats.timeline for stats, _ in blocks]
-    n, bounds, us, offset = _program_columns(blocks, lists)
+    columns = []
+    for stats, _ in blocks:
+        packed = stats.__dict__.get("_packed")
+        columns.append(packed["slices"] if packed is not None else _pack_slices(stats.timeline))
+    n, bounds, us, offset = _program_columns(blocks, [c[0] for c in columns])
     if not n:
         return None
-    timeline = list(chain.from_iterable(lists))
-    tids = {name: tid for tid, name in enumerate(MODULES)}
-    tid = np.fromiter(map(tids.__getitem__, map(attrgetter("module"), timeline)), np.int64, n)
-    start = np.fromiter(map(attrgetter("start"), timeline), np.int64, n)
-    cycles = np.fromiter(map(attrgetter("end"), timeline), np.int64, n) - start
-    index = np.fromiter(map(attrgetter("index"), timeline), np.int64, n)
-    name, texts = _names(timeline, attrgetter("name"))
+    tid = np.concatenate([c[0] for c in columns]).astype(np.int64)
+    index, start, end = (np.concatenate([c[k] for c in columns]) for k in (3, 4, 5))
+    cycles = end - start
+    name, texts = _merged_names([(c[1], c[2]) for c in columns])
     # start * us (+ 0.0 for a block without an offset) is the float the event dicts hold
     return _rows(n, [b'{"ph":"X","pid":1,"tid":', _int_text(tid), b',"name":',
                      _table_text(name, texts), b',"ts":', _float_text(start * us + offset),
@@ -588,13 +671,25 @@ def _counter_rows(blocks: Sequence[tuple[SimStats, float]]) -> tuple[Any, Any] |
     """Every block's counters as event rows, and each block's first row."""
     import numpy as np
 
-    lists = [stats.counters for stats, _ in blocks]
-    n, bounds, us, offset = _program_columns(blocks, lists)
+    columns = []
+    for stats, _ in blocks:
+        packed = stats.__dict__.get("_packed")
+        columns.append(packed["counters"] if packed is not None
+                       else _pack_counters(stats.counters))
+    if any(c is None for c in columns):  # counters of other types: from the lists
+        lists = [stats.counters for stats, _ in blocks]
+        n, bounds, us, offset = _program_columns(blocks, lists)
+        counters = list(chain.from_iterable(lists))
+        name, texts = _names(counters, itemgetter(0))
+        cycle = np.fromiter(map(itemgetter(1), counters), np.int64, n)
+        values = list(map(itemgetter(2), counters))
+    else:
+        n, bounds, us, offset = _program_columns(blocks, [c[0] for c in columns])
+        name, texts = _merged_names([(c[0], c[1]) for c in columns])
+        cycle = np.concatenate([c[2] for c in columns])
+        values = np.concatenate([c[3] for c in columns]).tolist()
     if not n:
         return None
-    counters = list(chain.from_iterable(lists))
-    name, texts = _names(counters, itemgetter(0))
-    cycle = np.fromiter(map(itemgetter(1), counters), np.int64, n)
     return _rows(n, [b'{"ph":"C","pid":1,"name":', _table_text(name, texts), b',"ts":',
                      _float_text(cycle * us + offset), b',"args":{"value":',
-                     _value_text(list(map(itemgetter(2), counters))), b"}}"]), bounds
+                     _value_text(values), b"}}"]), bounds

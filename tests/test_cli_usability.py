@@ -322,11 +322,11 @@ def _gone(pid: int) -> bool:
     return "\nState:\tZ" in status
 
 
-def interrupt(args: list[str], ready: Callable[[str], bool], workers: bool = False
+def interrupt(args: list[str], ready: Callable[[str], bool], workers: int = 0
               ) -> tuple[int, list[str], list[int]]:
-    """Run ``accel ARGS``, wait for a stderr line for which ``ready`` holds (and, with
-    ``workers``, for a child process), press Ctrl-C (SIGINT); return the exit status, the
-    stderr lines and the children it had."""
+    """Run ``accel ARGS``, wait for a stderr line for which ``ready`` holds (and for
+    ``workers`` child processes), press Ctrl-C (SIGINT); return the exit status, the stderr
+    lines and the children it had."""
     if not Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists():
         pytest.skip("needs /proc/PID/task/TID/children (Linux) to find worker processes")
     env = dict(os.environ, PYTHONFAULTHANDLER="1")  # SIGABRT dumps every thread's stack
@@ -346,7 +346,7 @@ def interrupt(args: list[str], ready: Callable[[str], bool], workers: bool = Fal
         pytest.fail(f"accel {' '.join(args)} ended before it was ready: {lines}")
     children = _children(proc.pid)
     deadline = time.monotonic() + 30
-    while workers and not children and time.monotonic() < deadline:
+    while len(children) < workers and time.monotonic() < deadline:
         time.sleep(0.02)
         children = _children(proc.pid)
     proc.send_signal(signal.SIGINT)
@@ -371,13 +371,26 @@ def test_ctrl_c_during_run_is_one_line(phase: str) -> None:
     """It printed a KeyboardInterrupt traceback (from the wait on the timing worker), and the
     exit waited for that worker to simulate the remaining layers."""
     code, lines, children = interrupt(["run", "resnet18"], lambda line: line.startswith(phase),
-                                      workers=phase == "run")
+                                      workers=int(phase == "run"))
     assert code == 130, lines
     assert not any("Traceback" in line for line in lines), "\n".join(lines)
     assert lines[-1] == "accel: interrupted"
     assert all(_progress_line(line) for line in lines[:-1]), lines
     assert (len(children) == 1) == (phase == "run")
     assert all(_gone(c) for c in children), "a worker process outlived the command"
+
+
+def test_ctrl_c_during_run_with_out_stops_both_workers(tmp_path: Path) -> None:
+    """``--out`` forks a second worker, the plot's, at the start: a Ctrl-C in the run stops
+    it and the timing worker, and writes nothing."""
+    out = tmp_path / "out"
+    code, lines, children = interrupt(["run", "resnet18", "--out", str(out)],
+                                      lambda line: line.startswith("run"), workers=2)
+    assert code == 130, lines
+    assert not any("Traceback" in line for line in lines), "\n".join(lines)
+    assert lines[-1] == "accel: interrupted"
+    assert len(children) == 2 and all(_gone(c) for c in children), children
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_ctrl_c_during_tune_keeps_the_log(tmp_path: Path) -> None:
@@ -387,7 +400,7 @@ def test_ctrl_c_during_tune_keeps_the_log(tmp_path: Path) -> None:
     model = small_onnx(tmp_path)
     code, lines, children = interrupt(
         ["tune", str(model), "--config", "tiny", "--trials", "64", "--workers", "2",
-         "--log", str(log)], lambda line: "trials, best" in line, workers=True)
+         "--log", str(log)], lambda line: "trials, best" in line, workers=2)
     assert code == 130, lines
     assert not any("Traceback" in line for line in lines)
     records = log.read_text().count("\n")

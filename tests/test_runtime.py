@@ -171,3 +171,24 @@ def test_gpu_fallback_gives_the_same_results() -> None:
     gpu, report = exe.run({"x": x, "x2": x2}, backend="fsim", fallback="gpu", check=True)
     np.testing.assert_array_equal(np.asarray(gpu["y"]), cpu["y"])
     assert report.check is True and report.fallback == "gpu"
+
+
+def test_submit_forked_runs_unpicklable_calls_in_a_worker() -> None:
+    """The worker inherits its calls by fork: a closure over a local (which pickle refuses)
+    runs there, in order, its result and its error coming back."""
+    import os
+
+    from runtime.workers import stop_pool, submit_forked
+
+    data = np.arange(10)
+    forked = submit_forked([lambda: (os.getpid(), int(data.sum())),
+                            lambda: 1 // 0])
+    assert forked is not None
+    handle, (first, second) = forked
+    try:
+        pid, total = first.result(timeout=60)
+        assert pid != os.getpid() and total == 45
+        with pytest.raises(ZeroDivisionError):
+            second.result(timeout=60)
+    finally:
+        stop_pool(handle)

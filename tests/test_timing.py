@@ -364,6 +364,44 @@ def test_stats_to_dict_and_trace(tmp_path: Path) -> None:
     assert gemm["ts"] == pytest.approx(156 / cfg.clock_mhz) and gemm["args"]["cycles"] == 10
 
 
+def test_pickled_stats_keep_their_trace(tmp_path: Path) -> None:
+    """A run's stats pickled (as the timing worker sends them) come back equal, timeline and
+    counters included, and write the same trace bytes whether read packed or as lists; a
+    counter of other types (an int value) is pickled as it is and written the same."""
+    import pickle
+
+    from sim.stats import TraceWriter
+
+    program, dram = chain_program(load_config())
+    stats = run_program(program, dram, backend="sim", trace=True).stats
+    back = pickle.loads(pickle.dumps(stats))
+    assert "_packed" in vars(back) and "timeline" not in vars(back)
+
+    def written(*blocks: SimStats) -> bytes:
+        path = tmp_path / "t.json"
+        with TraceWriter(path, {}) as out:
+            for k, block in enumerate(blocks):
+                out.stats(block, 10.0 * k)
+        return path.read_bytes()
+
+    both = written(back, pickle.loads(pickle.dumps(stats)))
+    assert both == written(stats, stats)
+    assert written(back) == written(stats)
+    assert "_packed" in vars(back)  # the writer read the arrays
+    assert back.timeline == stats.timeline and back.counters == stats.counters
+    assert back == stats and "_packed" not in vars(back)
+    odd = pickle.loads(pickle.dumps(stats))
+    odd.counters = [*odd.counters, ("odd", 3, 7)]
+    again = pickle.loads(pickle.dumps(odd))
+    assert "_packed" not in vars(again) and again.counters[-1] == ("odd", 3, 7)
+    assert written(again, stats) == written(odd, stats)
+    events = json.loads(written(again, stats))["traceEvents"]
+    assert {"ph": "C", "pid": 1, "name": "odd", "ts": 3 / stats.clock_mhz,
+            "args": {"value": 7}} in events
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        back.nothing  # noqa: B018
+
+
 def test_timing_simulator_rejects_foreign_program() -> None:
     program, dram = chain_program(load_config())
     with pytest.raises(ProgramError, match=r"^program was built for config 1x8x8"):

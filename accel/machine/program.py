@@ -298,12 +298,18 @@ class Program:
             )
         insns = []
         decode_insn = insn_decoder(cfg)
+        # Instructions are frozen values, and a program repeats most of its words (a layer's
+        # GEMMs and loads differ in few fields): each distinct word is decoded once.
+        decoded: dict[bytes, Insn] = {}
         for i in range(n_insns):
-            word = int.from_bytes(data[pos : pos + INSN_BYTES], "little")
-            try:
-                insns.append(decode_insn(word))
-            except DecodeError as exc:
-                raise fail(f"instruction {i}: {exc}") from None
+            raw = data[pos : pos + INSN_BYTES]
+            insn = decoded.get(raw)
+            if insn is None:
+                try:
+                    insn = decoded[raw] = decode_insn(int.from_bytes(raw, "little"))
+                except DecodeError as exc:
+                    raise fail(f"instruction {i}: {exc}") from None
+            insns.append(insn)
             pos += INSN_BYTES
         words = np.frombuffer(data, dtype=f"<u{cfg.uop_bytes}", count=n_uops, offset=pos)
         prog = cls(
