@@ -226,7 +226,9 @@ def print_report(report: Any, out: Any = None) -> None:
     cycles = t["accel_cycles"]
     if cycles is not None:
         print(f"accelerator: {cycles} cycles = {t['accel_sim_ms']:.3f} ms at "
-              f"{report.clock_mhz:g} MHz ({report.backend}, {report.config})", file=out)
+              f"{report.clock_mhz:g} MHz ({report.backend}, {report.config})"
+              + (f"; {t['accel_cycles_per_inference']:.0f} cycles per inference (batch "
+                 f"{report.batch})" if report.batch > 1 else ""), file=out)
         print(f"roofline: bound {t['bound_cycles']:.0f} cycles, efficiency "
               f"{_fmt(t['roofline_efficiency'], '.3f')} (sum of bounds / sum of cycles over "
               "accelerator layers)", file=out)
@@ -329,14 +331,13 @@ def _run_checked(args: argparse.Namespace, cfg: Any, out_dir: Path | None, dump:
     if dump is not None:
         layer = next(layer for layer in report.layers if layer.name == dumped)
         print(vcd_summary(dump, layer.cycles, f"layer {dumped}"))
-    from compiler.ops.registry import accel_op
-
-    unfit = [layer.name for layer in report.layers
-             if layer.target != "accel" and accel_op(layer.op) is not None]
-    if unfit:
-        print(f"note: {len(unfit)} layer(s) do not fit the buffers of {cfg.name} and ran on the "
-              f"{args.fallback} fallback: {', '.join(unfit[:6])}"
-              + (" ..." if len(unfit) > 6 else ""))
+    unfit, unsupported = _cpu_layers(exe, report)
+    for names, why in ((unfit, f"do not fit the buffers of {cfg.name}"),
+                       (unsupported, "are not accelerator operators (grouped or depthwise "
+                                     "convolutions)")):
+        if names:
+            print(f"note: {len(names)} layer(s) {why} and ran on the {args.fallback} fallback: "
+                  f"{', '.join(names[:6])}" + (" ..." if len(names) > 6 else ""))
     if check:
         ref = exe.reference(x)
         final_ok = all(np.array_equal(outputs[k], ref[k]) for k in ref)
@@ -392,6 +393,28 @@ def _write_run_files(report: Any, out_dir: Path, backend: str, trace: bool = Tru
         if trace:
             names.append("trace.json")
     return names
+
+
+def _cpu_layers(exe: Any, report: Any) -> tuple[list[str], list[str]]:
+    """The layers of an accelerator operator that ran on the fallback: those that do not fit
+    the buffers, and those whose workload the accelerator cannot form (a grouped
+    convolution)."""
+    from compiler.errors import LoweringError
+    from compiler.ops.registry import accel_op
+
+    nodes = {node.name: node for node in exe.graph.nodes}
+    unfit, unsupported = [], []
+    for layer in report.layers:
+        entry = accel_op(layer.op)
+        if layer.target == "accel" or entry is None:
+            continue
+        try:
+            entry.workload(nodes[layer.name], exe.graph)
+        except (LoweringError, KeyError):
+            unsupported.append(layer.name)
+        else:
+            unfit.append(layer.name)
+    return unfit, unsupported
 
 
 class Plotter:

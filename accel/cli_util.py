@@ -147,11 +147,11 @@ def check_model_options(model: str, batch: int, image_size: int | None,
     if Path(model).suffix == ".onnx":
         raise CliError(f"--image-size applies to zoo models only; the input shape of {model} "
                        "is fixed by the file")
-    from compiler.graph.zoo import ZOO
+    from compiler.graph.zoo import IMAGE_MODELS, ZOO
 
-    if model in ZOO and not model.startswith("resnet"):
-        raise CliError(f"--image-size applies to the ResNets only; {model} has a fixed input "
-                       "(BERT reads --seq-len, ViT-tiny is 224x224)")
+    if model in ZOO and model not in IMAGE_MODELS:
+        raise CliError(f"--image-size applies to the CNNs only ({', '.join(IMAGE_MODELS)}); "
+                       f"{model} has a fixed input (BERT reads --seq-len, ViT-tiny is 224x224)")
 
 
 # ---------------------------------------------------------------------- windows

@@ -181,6 +181,8 @@ class RunReport:
     def totals(self) -> dict[str, Any]:
         return {
             "accel_cycles": self.accel_cycles if self.backend != "fsim" else None,
+            "accel_cycles_per_inference": (self.accel_cycles / self.batch
+                                           if self.backend != "fsim" else None),
             "accel_sim_ms": self.accel_sim_ms if self.backend != "fsim" else None,
             "bound_cycles": self.bound_cycles,
             "roofline_efficiency": (self.roofline_efficiency if self.backend != "fsim"

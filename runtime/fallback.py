@@ -41,7 +41,7 @@ def _conv2d(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:
     a = node.attrs
     return k.conv2d(xs[0], _param(g, node, "weight"), _param(g, node, "bias"),
                     stride=_pair(a.get("stride", 1)), padding=_pair(a.get("padding", 0)),
-                    **_requant(node))
+                    groups=int(a.get("groups", 1)), **_requant(node))
 
 
 def _conv2d_add(k: ModuleType, node: Node, g: Graph, xs: list[np.ndarray]) -> Any:

@@ -53,6 +53,7 @@ __all__ = [
     "check_conv2d_args",
     "check_flag",
     "check_fold_window_args",
+    "check_groups",
     "check_matmul",
     "check_matmul_args",
     "check_pair",
@@ -190,6 +191,18 @@ def check_pair(op: str, name: str, value: object, minimum: int) -> tuple[int, in
     if min(pair) < minimum:
         raise ValueError(message)
     return pair
+
+
+def check_groups(op: str, groups: object, channels: int, out_channels: int) -> int:
+    """Check a convolution's ``groups``: a positive int that divides the input and output
+    channels (``channels`` of ``x``, ``out_channels`` of ``w``)."""
+    if not is_int(groups):
+        raise TypeError(f"{op}: groups must be a positive int, got {groups!r}")
+    g = int(groups)  # type: ignore[call-overload]
+    if g < 1 or channels % g or out_channels % g:
+        raise ValueError(f"{op}: groups must be a positive int dividing the {channels} input "
+                         f"and {out_channels} output channels, got {g}")
+    return g
 
 
 def check_flag(op: str, name: str, value: object) -> bool:
@@ -382,12 +395,13 @@ def _windows(x: NDArray[Any], kernel: tuple[int, int], stride: tuple[int, int],
 
 def _conv2d_acc_tiles(
     x: NDArray[np.int8], w: NDArray[np.int8], stride: tuple[int, int],
-    padding: tuple[int, int], out_hw: tuple[int, int], xp: ModuleType,
+    padding: tuple[int, int], out_hw: tuple[int, int], xp: ModuleType, groups: int = 1,
 ) -> Iterator[tuple[slice, slice, NDArray[np.int32]]]:
     """The conv2d accumulator, one tile of images x output rows at a time.
 
     Each tile is one im2col matrix (of the `_gemm_dtype`) of at most about `_CONV_TILE_BYTES`
-    (or one output row of one image, if that is larger) and one exact GEMM.
+    (or one output row of one image, if that is larger) and one exact GEMM; with ``groups``,
+    one exact GEMM per group, batched (`_exact_group_gemm`).
 
     Yields
     ------
@@ -401,13 +415,16 @@ def _conv2d_acc_tiles(
     n = x.shape[0]
     oc, _, kh, kw = w.shape
     oh, ow = out_hw
-    reduction = w.shape[1] * kh * kw
+    reduction = x.shape[1] * kh * kw  # of all groups together: the im2col matrix's rows
     dtype = _gemm_dtype(xp)
     xf = x.astype(dtype)
     if padding != (0, 0):
         xf = xp.pad(xf, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2))
     windows = _windows(xf, (kh, kw), stride, out_hw, xp)
-    weights = w.reshape(oc, reduction).astype(dtype)
+    # (groups, OC / groups, C / groups * KH * KW): a group's output channels read its inputs.
+    weights = w.reshape(groups, oc // groups, -1).astype(dtype)
+    if groups == 1:
+        weights = weights[0]
     tile_bytes = _CONV_TILE_BYTES[xp.__name__]
     item = np.dtype(dtype).itemsize
     image_bytes = max(1, reduction * oh * ow * item)
@@ -423,20 +440,41 @@ def _conv2d_acc_tiles(
             n_t, r_t = tile.shape[0], tile.shape[2]
             # Rows ordered (c, kh, kw) like w flattened per output channel; columns (n, oh, ow).
             cols = tile.transpose(1, 4, 5, 0, 2, 3).reshape(reduction, n_t * r_t * ow)
-            acc = _exact_gemm(weights, cols, xp)  # (OC, n_t * r_t * OW)
+            if groups == 1:
+                acc = _exact_gemm(weights, cols, xp)  # (OC, n_t * r_t * OW)
+            else:  # rows (group, c, kh, kw): the groups' matrices one after another
+                acc = _exact_group_gemm(weights, cols.reshape(groups, -1, cols.shape[1]), xp)
             yield images, rows, acc.reshape(oc, n_t, r_t, ow)
 
 
+def _exact_group_gemm(a: NDArray[np.floating], b: NDArray[np.floating], xp: ModuleType
+                      ) -> NDArray[np.int32]:
+    """`_exact_gemm` of every group at once: ``a`` (G, M, K) and ``b`` (G, K, N) holding
+    int8 values, the (G * M, N) int32 products stacked. float32 when K <= `FLOAT32_CHUNK_K`
+    (every sum an integer below 2**24: exact), else float64 (exact while K < 2**39)."""
+    g, m, k = a.shape
+    n = b.shape[2]
+    if 0 in (g, m, k, n):  # cuBLAS is not asked for empty products
+        return xp.zeros((g * m, n), dtype=np.int32)
+    if a.dtype == np.float32 and k <= FLOAT32_CHUNK_K:
+        return xp.matmul(a, b).astype(np.int32).reshape(g * m, n)
+    total = xp.matmul(a.astype(np.float64), b.astype(np.float64))
+    return _wrap_int32(total.astype(np.int64)).reshape(g * m, n)
+
+
 def _check_conv(
-    op: str, x: object, w: object, stride: object, padding: object, xp: ModuleType
+    op: str, x: object, w: object, stride: object, padding: object, xp: ModuleType,
+    groups: object = 1,
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], tuple[int, int], tuple[int, int], tuple[int, int]]:
     """Validate conv2d operands; return x, w, stride, padding and output (OH, OW)."""
     x = check_array(op, "x", x, np.int8, 4, "NCHW", xp)
     w = check_array(op, "w", w, np.int8, 4, "OIHW", xp)
-    if w.shape[1] != x.shape[1]:
+    groups = check_groups(op, groups, x.shape[1], w.shape[0])
+    if w.shape[1] * groups != x.shape[1]:
+        per = "" if groups == 1 else f" per group ({groups} groups)"
         raise ValueError(
-            f"{op}: w must have {x.shape[1]} input channels to match x of shape {x.shape}, "
-            f"got w of shape {w.shape}"
+            f"{op}: w must have {x.shape[1] // groups} input channels{per} to match x of shape "
+            f"{x.shape}, got w of shape {w.shape}"
         )
     if w.shape[2] < 1 or w.shape[3] < 1:
         raise ValueError(f"{op}: w must have a kernel of at least 1x1, got w of shape {w.shape}")
@@ -449,23 +487,27 @@ def _check_conv(
 
 def conv2d_acc(
     x: NDArray[np.int8], w: NDArray[np.int8], stride: Pair = 1, padding: Pair = 0, *,
-    xp: ModuleType = np,
+    groups: int = 1, xp: ModuleType = np,
 ) -> NDArray[np.int32]:
     """Raw int32 accumulator of a 2-D convolution (cross-correlation, zero padding).
 
-    ``acc[n, o, i, j] = sum_{c, kh, kw} x_pad[n, c, i*sh + kh, j*sw + kw] * w[o, c, kh, kw]``
-    with two's-complement int32 wrap-around.
+    ``acc[n, o, i, j] = sum_{c, kh, kw} x_pad[n, g*C/G + c, i*sh + kh, j*sw + kw] * w[o, c, kh,
+    kw]`` with two's-complement int32 wrap-around, where output channel ``o`` is in group
+    ``g = o // (OC/G)`` of the ``G = groups`` (``G = 1``: every input channel; ``G = C = OC``:
+    a depthwise convolution).
 
     Parameters
     ----------
     x : ndarray, shape (N, C, H, W), int8
         Input activations.
-    w : ndarray, shape (OC, C, KH, KW), int8
+    w : ndarray, shape (OC, C / groups, KH, KW), int8
         Weights.
     stride : int or (int, int)
         Window step (sh, sw) in pixels, >= 1.
     padding : int or (int, int)
         Zero padding (ph, pw) in pixels added on both sides, >= 0.
+    groups : int
+        Channel groups, dividing C and OC (ONNX's ``group``).
 
     Returns
     -------
@@ -480,9 +522,11 @@ def conv2d_acc(
         Wrong ndim, channel mismatch, empty kernel, stride < 1, padding < 0, kernel larger than
         the padded input.
     """
-    x, w, stride_hw, padding_hw, out_hw = _check_conv("conv2d_acc", x, w, stride, padding, xp)
+    x, w, stride_hw, padding_hw, out_hw = _check_conv("conv2d_acc", x, w, stride, padding, xp,
+                                                      groups)
     out = xp.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int32)
-    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw, xp):
+    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw, xp,
+                                               int(groups)):
         out[images, :, rows] = acc.transpose(1, 0, 2, 3)
     return out
 
@@ -496,6 +540,7 @@ def conv2d(
     shift: int = 0,
     relu: bool = False,
     *,
+    groups: int = 1,
     xp: ModuleType = np,
 ) -> NDArray[np.int8]:
     """Quantized 2-D convolution: `conv2d_acc`, then `requantize` (bias, shift, ReLU, clip).
@@ -504,8 +549,8 @@ def conv2d(
     ----------
     x : ndarray, shape (N, C, H, W), int8
         Input activations.
-    w : ndarray, shape (OC, C, KH, KW), int8
-        Weights.
+    w : ndarray, shape (OC, C / groups, KH, KW), int8
+        Weights (``groups``: as `conv2d_acc`).
     bias : ndarray, shape (OC,), int32, optional
         Per-output-channel bias, added to the accumulator with int32 wrap-around.
     stride : int or (int, int)
@@ -516,6 +561,8 @@ def conv2d(
         Arithmetic right shift in bits, 0..31.
     relu : bool
         Apply ReLU after the shift.
+    groups : int
+        Channel groups, dividing C and OC (as `conv2d_acc`).
 
     Returns
     -------
@@ -530,12 +577,13 @@ def conv2d(
         bias of the wrong length, shift outside 0..31.
     """
     op = "conv2d"
-    x, w, stride_hw, padding_hw, out_hw = _check_conv(op, x, w, stride, padding, xp)
+    x, w, stride_hw, padding_hw, out_hw = _check_conv(op, x, w, stride, padding, xp, groups)
     bias = check_bias(op, bias, w.shape[0], xp)
     shift = check_shift(op, shift)
     relu = check_flag(op, "relu", relu)
     out = xp.empty((x.shape[0], w.shape[0], *out_hw), dtype=np.int8)
-    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw, xp):
+    for images, rows, acc in _conv2d_acc_tiles(x, w, stride_hw, padding_hw, out_hw, xp,
+                                               int(groups)):
         # Requantize before going to NCHW: the transpose then moves int8 instead of int32.
         tile = _requantize(acc, shift, relu, bias, 0, True, xp)
         out[images, :, rows] = tile.transpose(1, 0, 2, 3)

@@ -43,14 +43,15 @@ def load_model(model: Any, batch: int = 1, image_size: int | None = None,
                 raise GraphError(f"{text}: {option} applies to zoo models only; the input "
                                  "shape of an ONNX model is fixed by the file")
         return import_onnx(text, batch=batch)
-    from compiler.graph.zoo import ZOO, load_zoo
+    from compiler.graph.zoo import IMAGE_MODELS, ZOO, load_zoo
 
-    # Each zoo model reads one size at most: an image side (the ResNets), a sequence length
+    # Each zoo model reads one size at most: an image side (the CNNs), a sequence length
     # (BERT); ViT is 224x224. A size it would not read is an error, not ignored.
-    for option, value, readers in (("image_size", image_size, "resnet"),
-                                   ("seq_len", seq_len, "bert")):
-        if value is not None and text in ZOO and not text.startswith(readers):
-            raise GraphError(f"{text}: {option} applies to the {readers} models only, not "
+    for option, value, readers in (("image_size", image_size, IMAGE_MODELS),
+                                   ("seq_len", seq_len, tuple(m for m in ZOO
+                                                              if m.startswith("bert")))):
+        if value is not None and text in ZOO and text not in readers:
+            raise GraphError(f"{text}: {option} applies to {', '.join(readers)} only, not "
                              f"to {text}")
 
     # None means the default; 0 is an error (the zoo says so), not the default.

@@ -36,10 +36,13 @@ def conv2d_acc(
     w: NDArray[np.int8],
     stride: int | tuple[int, int] = 1,
     padding: int | tuple[int, int] = 0,
+    groups: int = 1,
 ) -> NDArray[np.int32]:
-    """int32 accumulator of a zero-padded cross-correlation, one output element at a time."""
-    n_batch, channels, height, width = x.shape
-    out_channels, _, kh, kw = w.shape
+    """int32 accumulator of a zero-padded cross-correlation, one output element at a time;
+    output channel ``o`` reads the input channels of its group (``o // (OC / groups)``)."""
+    n_batch, _, height, width = x.shape
+    out_channels, channels, kh, kw = w.shape
+    per_group = out_channels // groups
     sh, sw = _pair(stride)
     ph, pw = _pair(padding)
     oh = (height + 2 * ph - kh) // sh + 1
@@ -55,8 +58,9 @@ def conv2d_acc(
                             for dx in range(kw):
                                 y = i * sh + dy - ph
                                 xx = j * sw + dx - pw
+                                ci = o // per_group * channels + c
                                 if 0 <= y < height and 0 <= xx < width:
-                                    total += int(x[n, c, y, xx]) * int(w[o, c, dy, dx])
+                                    total += int(x[n, ci, y, xx]) * int(w[o, c, dy, dx])
                     out[n, o, i, j] = wrap_int32(total)
     return out
 
@@ -69,9 +73,10 @@ def conv2d(
     padding: int | tuple[int, int] = 0,
     shift: int = 0,
     relu: bool = False,
+    groups: int = 1,
 ) -> NDArray[np.int8]:
     """Quantized conv2d: accumulate, add bias (int32 wrap), shift, ReLU, clip."""
-    acc = conv2d_acc(x, w, stride, padding)
+    acc = conv2d_acc(x, w, stride, padding, groups)
     out = np.zeros(acc.shape, dtype=np.int8)
     n_batch, out_channels, oh, ow = acc.shape
     for n in range(n_batch):

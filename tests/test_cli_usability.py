@@ -129,13 +129,16 @@ def test_sizes_a_zoo_model_does_not_read_are_refused(capsys: pytest.CaptureFixtu
 
     for model in ("bert_tiny", "vit_tiny"):
         assert main(["run", model, "--image-size", "64"]) == 2
-        assert one_line(capsys) == (f"--image-size applies to the ResNets only; {model} has a "
-                                    "fixed input (BERT reads --seq-len, ViT-tiny is 224x224)")
-    with pytest.raises(GraphError, match=r"^bert_tiny: image_size applies to the resnet "
-                                         r"models only, not to bert_tiny$"):
+        assert one_line(capsys) == (
+            "--image-size applies to the CNNs only (resnet18, resnet34, resnet50, "
+            f"mobilenet_v2); {model} has a fixed input (BERT reads --seq-len, ViT-tiny is "
+            "224x224)")
+    with pytest.raises(GraphError, match=r"^bert_tiny: image_size applies to resnet18, "
+                                         r"resnet34, resnet50, mobilenet_v2 only, not to "
+                                         r"bert_tiny$"):
         accel.load_model("bert_tiny", image_size=64)
-    with pytest.raises(GraphError, match=r"^resnet18: seq_len applies to the bert models "
-                                         r"only, not to resnet18$"):
+    with pytest.raises(GraphError, match=r"^resnet18: seq_len applies to bert_tiny, "
+                                         r"bert_base only, not to resnet18$"):
         accel.load_model("resnet18", seq_len=8)
 
 

@@ -113,7 +113,8 @@ def test_zoo_activations_at_224(depth: int) -> None:
 
 def test_zoo_errors() -> None:
     with pytest.raises(GraphError, match=r"^unknown model 'resnet19'; expected one of "
-                       r"resnet18, resnet34, resnet50, bert_tiny, bert_base, vit_tiny$"):
+                       r"resnet18, resnet34, resnet50, mobilenet_v2, bert_tiny, bert_base, "
+                       r"vit_tiny$"):
         load_zoo("resnet19")
     with pytest.raises(GraphError, match="unsupported ResNet depth 101"):
         resnet(101)
@@ -412,8 +413,8 @@ def test_onnx_unsupported_operator_names_the_node() -> None:
 
 @needs_onnx
 @pytest.mark.parametrize(("op", "inputs", "attrs", "inits", "message"), [
-    ("Conv", ["x", "w"], {"name": "grouped", "group": 3}, {"w": np.ones((3, 1, 1, 1))},
-     r"node 'grouped' \(Conv\): group=3 is not supported"),
+    ("Conv", ["x", "w"], {"name": "grouped", "group": 2}, {"w": np.ones((3, 1, 1, 1))},
+     r"node 'grouped' \(Conv\): group=2 does not divide the weight's 3 output channels"),
     ("Conv", ["x", "x"], {"name": "dyn"}, {},
      r"node 'dyn' \(Conv\): weight 'x' must be a constant"),
     ("MaxPool", ["x"], {"name": "mp", "kernel_shape": [2, 2], "pads": [0, 0, 1, 1]}, {},

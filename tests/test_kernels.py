@@ -373,6 +373,63 @@ def test_conv2d_matches_loop_reference_hypothesis(
     np.testing.assert_array_equal(got, ref.conv2d(x, w, bias, stride, padding, shift, relu))
 
 
+@HYPOTHESIS
+@given(
+    n=st.integers(1, 2), groups=st.integers(1, 4), per_in=st.integers(1, 3),
+    per_out=st.integers(1, 3), size=st.integers(3, 7), kernel=st.integers(1, 3),
+    stride=st.integers(1, 2), padding=st.integers(0, 1), seed=st.integers(0, 2**32 - 1),
+    shift=st.integers(0, 12), relu=st.booleans(), tile_bytes=st.sampled_from([1, 2**30]),
+)
+def test_grouped_conv2d_matches_loop_reference_hypothesis(
+    ops: ModuleType, n: int, groups: int, per_in: int, per_out: int, size: int, kernel: int,
+    stride: int, padding: int, seed: int, shift: int, relu: bool, tile_bytes: int,
+) -> None:
+    """Grouped and depthwise (``per_in == 1``) convolutions: each group's output channels
+    read only its input channels, tiled or not; equal to the groups run one by one."""
+    rng = np.random.default_rng(seed)
+    x = rand_int8(rng, (n, groups * per_in, size, size))
+    w = rand_int8(rng, (groups * per_out, per_in, kernel, kernel))
+    bias = rand_bias(rng, groups * per_out)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(kernels._CONV_TILE_BYTES, namespace_name(ops), tile_bytes)
+        acc = ops.conv2d_acc(x, w, stride, padding, groups=groups)
+        got = ops.conv2d(x, w, bias, stride, padding, shift, relu, groups=groups)
+    np.testing.assert_array_equal(acc, ref.conv2d_acc(x, w, stride, padding, groups))
+    np.testing.assert_array_equal(got, ref.conv2d(x, w, bias, stride, padding, shift, relu,
+                                                  groups))
+    one_by_one = [ops.conv2d(x[:, g * per_in:(g + 1) * per_in], w[g * per_out:(g + 1) * per_out],
+                             bias[g * per_out:(g + 1) * per_out], stride, padding, shift, relu)
+                  for g in range(groups)]
+    np.testing.assert_array_equal(got, np.concatenate(one_by_one, axis=1))
+
+
+def test_grouped_conv2d_deep_groups_are_exact(ops: ModuleType) -> None:
+    """Groups deeper than FLOAT32_CHUNK_K (600 channels x 3x3 = 5400 products per group) at
+    the int8 extremes: the float64 path, exact (88,473,600 needs more than float32's 24
+    bits)."""
+    x = np.full((1, 1200, 3, 3), -128, dtype=np.int8)
+    w = np.full((4, 600, 3, 3), -128, dtype=np.int8)
+    acc = ops.conv2d_acc(x, w, groups=2)
+    assert int(acc[0, 0, 0, 0]) == 600 * 9 * 16384 and acc.dtype == np.int32
+
+
+@pytest.mark.parametrize(("groups", "w_shape", "message"), [
+    (0, (4, 4, 3, 3), "groups must be a positive int dividing the 4 input and 4 output "
+                      "channels, got 0"),
+    (3, (4, 4, 3, 3), "groups must be a positive int dividing the 4 input and 4 output "
+                      "channels, got 3"),
+    (2, (4, 4, 3, 3), "w must have 2 input channels per group (2 groups) to match x of shape "
+                      "(1, 4, 6, 6), got w of shape (4, 4, 3, 3)"),
+])
+def test_conv2d_rejects_bad_groups(ops: ModuleType, groups: int, w_shape: tuple,
+                                   message: str) -> None:
+    x = np.zeros((1, 4, 6, 6), dtype=np.int8)
+    with pytest.raises(ValueError, match=f"^{re.escape(f'conv2d: {message}')}$"):
+        ops.conv2d(x, np.zeros(w_shape, dtype=np.int8), groups=groups)
+    with pytest.raises(TypeError, match=r"^conv2d: groups must be a positive int, got 1.5$"):
+        ops.conv2d(x, np.zeros(w_shape, dtype=np.int8), groups=1.5)  # type: ignore[arg-type]
+
+
 def test_conv2d_acc_wraps_around_int32(ops: ModuleType) -> None:
     # K = 16384 * 3 * 3 = 147456 products of (-128) * (-128): 2415919104 > INT32_MAX.
     x = np.full((1, 16384, 3, 3), -128, dtype=np.int8)

@@ -3,7 +3,7 @@
 Supported operators and how they map:
 
 ==================  =========================================================================
-Conv                conv2d (2-D, symmetric pads, dilations 1, group 1); W, B -> params
+Conv                conv2d (2-D, symmetric pads, dilations 1, any group); W, B -> params
 BatchNormalization  batch_norm (inference form); scale, B, mean, var -> params
 Relu, Add           relu, add (an operand that is a constant becomes a ``constant`` node)
 MaxPool             max_pool2d (symmetric pads, ceil_mode 0, dilations 1)
@@ -265,16 +265,20 @@ class _Importer:
 
     # ------------------------------------------------------------------ operators
     def op_conv(self, node: Any, a: dict[str, Any]) -> None:
-        if a.get("group", 1) != 1:
-            raise self.fail(node, f"group={a['group']} is not supported (only 1)")
         w = self.const(node, node.input[1], "weight")
         if w.ndim != 4:
             raise self.fail(node, f"only 2-D convolutions are supported, weight is {w.shape}")
+        group = int(a.get("group", 1))
+        if group < 1 or w.shape[0] % group:
+            raise self.fail(node, f"group={group} does not divide the weight's {w.shape[0]} "
+                            "output channels")
         stride, padding = self.spatial(node, a, "Conv")
         attrs: dict[str, Any] = {"weight": self.param(node.input[1], w), "bias": None}
         if len(node.input) > 2 and node.input[2]:
             attrs["bias"] = self.param(node.input[2], self.const(node, node.input[2], "bias"))
         attrs.update(stride=stride, padding=padding)
+        if group != 1:  # grouped and depthwise convolutions (the CPU fallback runs them)
+            attrs["groups"] = group
         self.emit(node, "conv2d", [node.input[0]], attrs)
 
     def op_batchnormalization(self, node: Any, a: dict[str, Any]) -> None:

@@ -172,9 +172,15 @@ def _infer_conv2d(node: Node, ins: list[TensorType], graph: Graph) -> list[Tenso
     w = _param(graph, node, "weight")
     if w is None or w.ndim != 4:
         raise _err(graph, node, "needs a 4-D OIHW 'weight' param")
-    if w.shape[1] != x.shape[1]:
-        raise _err(graph, node, f"weight {w.shape} has {w.shape[1]} input channels, input "
-                   f"{x} has {x.shape[1]}")
+    groups = node.attrs.get("groups", 1)
+    if not isinstance(groups, int | np.integer) or groups < 1 or x.shape[1] % groups \
+            or w.shape[0] % groups:
+        raise _err(graph, node, f"groups must be a positive int dividing the input's "
+                   f"{x.shape[1]} and the weight's {w.shape[0]} channels, got {groups!r}")
+    if w.shape[1] * groups != x.shape[1]:
+        per = "" if groups == 1 else f" per group ({groups} groups)"
+        raise _err(graph, node, f"weight {w.shape} has {w.shape[1]} input channels{per}, "
+                   f"input {x} has {x.shape[1]}")
     _check_bias(graph, node, x.dtype, w.shape[0])
     _check_requant(graph, node, x.dtype, w)
     oh, ow = _window(graph, node, x.shape[2:], (w.shape[2], w.shape[3]),

@@ -124,8 +124,14 @@ def _param(graph: Graph, node: Node, key: str) -> np.ndarray | None:
 
 # --------------------------------------------------------------------------- operators
 def _conv_sum(x: np.ndarray, w: np.ndarray, stride: tuple[int, int],
-              padding: tuple[int, int]) -> np.ndarray:
-    """float64 sum of a convolution (exact for int8 operands), shape (N, OC, OH, OW)."""
+              padding: tuple[int, int], groups: int = 1) -> np.ndarray:
+    """float64 sum of a convolution (exact for int8 operands), shape (N, OC, OH, OW); with
+    ``groups``, each group's output channels summed over its own input channels."""
+    if groups != 1:
+        cin, cout = x.shape[1] // groups, w.shape[0] // groups
+        return np.concatenate([_conv_sum(x[:, g * cin:(g + 1) * cin],
+                                         w[g * cout:(g + 1) * cout], stride, padding)
+                               for g in range(groups)], axis=1)
     oc, c, kh, kw = w.shape
     win = _windows(x.astype(np.float64), (kh, kw), stride, padding, 0.0)
     n, _, oh, ow = win.shape[:4]
@@ -139,20 +145,22 @@ def _conv_sum(x: np.ndarray, w: np.ndarray, stride: tuple[int, int],
 
 
 def conv2d_acc(x: np.ndarray, w: np.ndarray, stride: int | tuple[int, int] = 1,
-               padding: int | tuple[int, int] = 0) -> np.ndarray:
+               padding: int | tuple[int, int] = 0, groups: int = 1) -> np.ndarray:
     """int32 accumulator (wrapped, held in int64) of an int8 convolution.
 
     Parameters
     ----------
     x : ndarray, (N, C, H, W), int8
-    w : ndarray, (OC, C, KH, KW), int8
+    w : ndarray, (OC, C / groups, KH, KW), int8
     stride, padding : int or (h, w)
+    groups : int
+        Channel groups (each output channel reads the input channels of its group).
 
     Returns
     -------
     ndarray, (N, OC, OH, OW), int64 holding int32 values
     """
-    return _wrap32(_conv_sum(x, w, _pair(stride), _pair(padding)).astype(np.int64))
+    return _wrap32(_conv_sum(x, w, _pair(stride), _pair(padding), groups).astype(np.int64))
 
 
 def dense_acc(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -172,7 +180,7 @@ def _conv2d(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     assert w is not None
     bias = _param(graph, node, "bias")
     acc = _conv_sum(x, w, _pair(node.attrs.get("stride", 1)),
-                    _pair(node.attrs.get("padding", 0)))
+                    _pair(node.attrs.get("padding", 0)), int(node.attrs.get("groups", 1)))
     if _is_int(x):
         return _requant(_wrap32(acc.astype(np.int64)), node.attrs, bias, 1)
     return _float_tail(acc, node, bias, 1)

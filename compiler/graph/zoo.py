@@ -1,4 +1,5 @@
-"""Built-in model zoo: ResNet v1 (18, 34, 50) as integer graphs with seeded weights.
+"""Built-in model zoo: ResNet v1 (18, 34, 50) and MobileNetV2 as integer graphs with seeded
+weights (the transformers: :mod:`compiler.graph.transformers`).
 
 The graphs are integer from the start: int8 activations and weights, int32 biases, and a
 per-layer ``shift`` calibrated while building, so that activations neither vanish nor saturate
@@ -36,7 +37,7 @@ from compiler.graph.ops import infer_types
 from compiler.graph.reference import conv2d_acc, dense_acc, requantize
 from compiler.graph.transformers import TRANSFORMERS, bert, vit
 
-__all__ = ["ZOO", "load_zoo", "resnet"]
+__all__ = ["IMAGE_MODELS", "ZOO", "load_zoo", "mobilenet_v2", "resnet"]
 
 #: Blocks per stage and block kind of each depth.
 _DEPTHS: dict[int, tuple[tuple[int, int, int, int], bool]] = {
@@ -46,7 +47,11 @@ _DEPTHS: dict[int, tuple[tuple[int, int, int, int], bool]] = {
 }
 
 #: Zoo model names (the transformers: :mod:`compiler.graph.transformers`).
-ZOO = ("resnet18", "resnet34", "resnet50", "bert_tiny", "bert_base", "vit_tiny")
+ZOO = ("resnet18", "resnet34", "resnet50", "mobilenet_v2", "bert_tiny", "bert_base",
+       "vit_tiny")
+
+#: The zoo models sized by ``image_size`` (the CNNs; ViT-tiny is 224x224).
+IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "mobilenet_v2")
 
 _WEIGHT_STD = 32.0
 _BIAS_FRACTION = 0.1
@@ -89,26 +94,28 @@ class _Builder:
         return node.outputs[0]
 
     def conv(self, name: str, x: str, out_channels: int, kernel: int, stride: int,
-             relu: bool) -> str:
+             relu: bool, groups: int = 1) -> str:
         xa = self.act[x]
-        w = self._weights((out_channels, xa.shape[1], kernel, kernel))
+        w = self._weights((out_channels, xa.shape[1] // groups, kernel, kernel))
         pad = kernel // 2
-        acc = conv2d_acc(xa, w, stride, pad)
+        acc = conv2d_acc(xa, w, stride, pad, groups)
         bias = self._bias(acc, out_channels)
         shifted = acc + bias.astype(np.int64)[None, :, None, None]
         shift = _pick_shift(shifted, relu)
         self.graph.params[f"{name}.weight"] = w
         self.graph.params[f"{name}.bias"] = bias
-        node = Node(name, "conv2d", [x], [name], {
-            "weight": f"{name}.weight", "bias": f"{name}.bias", "stride": (stride, stride),
-            "padding": (pad, pad), "shift": shift, "relu": relu})
+        attrs = {"weight": f"{name}.weight", "bias": f"{name}.bias", "stride": (stride, stride),
+                 "padding": (pad, pad), "shift": shift, "relu": relu}
+        if groups != 1:
+            attrs["groups"] = groups
+        node = Node(name, "conv2d", [x], [name], attrs)
         return self._add_node(node, requantize(acc, bias, shift, relu))
 
-    def add(self, name: str, a: str, b: str) -> str:
+    def add(self, name: str, a: str, b: str, relu: bool = True) -> str:
         acc = self.act[a].astype(np.int64) + self.act[b].astype(np.int64)
-        shift = _pick_shift(acc, True)
-        node = Node(name, "add", [a, b], [name], {"shift": shift, "relu": True})
-        return self._add_node(node, requantize(acc, None, shift, True))
+        shift = _pick_shift(acc, relu)
+        node = Node(name, "add", [a, b], [name], {"shift": shift, "relu": relu})
+        return self._add_node(node, requantize(acc, None, shift, relu))
 
     def max_pool(self, name: str, x: str) -> str:
         xa = self.act[x]
@@ -202,10 +209,58 @@ def resnet(depth: int, batch: int = 1, image_size: int = 224, num_classes: int =
     return g
 
 
+#: MobileNetV2's inverted residual stages (Sandler et al. 2018, table 2): expansion t,
+#: output channels c, blocks n, first block's stride s.
+_MOBILENET_V2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                 (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def mobilenet_v2(batch: int = 1, image_size: int = 224, num_classes: int = 1000,
+                 seed: int = 0) -> Graph:
+    """MobileNetV2 (width 1.0) as an integer graph with seeded weights, built as
+    :func:`resnet` is.
+
+    A 3x3/2 stem of 32 channels; the inverted residual blocks of :data:`_MOBILENET_V2`, each
+    a 1x1 expansion (but in the first stage), a 3x3 depthwise convolution (``groups`` equal
+    to its channels) carrying the block's stride, and a linear 1x1 projection, with a residual
+    add (no ReLU, as the paper's linear bottleneck) where the stride is 1 and the channels
+    stay; a 1x1 convolution to 1280 channels; global average pool and the classifier. ReLU6
+    is the integer graph's ReLU (int8 saturates at 127). Nodes are named after torchvision's
+    modules: ``features.0``, ``features.<i>.expand`` / ``.dw`` / ``.project`` / ``.add``,
+    ``features.18``, ``fc``.
+
+    Raises
+    ------
+    GraphError
+        Batch, image size or classes below 1.
+    """
+    for what, v in (("batch", batch), ("image_size", image_size), ("num_classes", num_classes)):
+        if not isinstance(v, int | np.integer) or v < 1:
+            raise GraphError(f"mobilenet_v2: {what} must be an int >= 1, got {v!r}")
+    b = _Builder("mobilenet_v2", seed, batch, image_size)
+    x = b.conv("features.0", "data", 32, 3, 2, relu=True)
+    channels, index = 32, 1
+    for t, c, n, s in _MOBILENET_V2:
+        for i in range(n):
+            stride, p = s if i == 0 else 1, f"features.{index}"
+            hidden = channels * t
+            y = b.conv(f"{p}.expand", x, hidden, 1, 1, relu=True) if t != 1 else x
+            y = b.conv(f"{p}.dw", y, hidden, 3, stride, relu=True, groups=hidden)
+            y = b.conv(f"{p}.project", y, c, 1, 1, relu=False)
+            x = b.add(f"{p}.add", y, x, relu=False) if stride == 1 and channels == c else y
+            channels, index = c, index + 1
+    x = b.conv(f"features.{index}", x, 1280, 1, 1, relu=True)
+    out = b.head(x, num_classes)
+    b.graph.outputs = [out]
+    g = infer_types(b.graph)
+    g.verify()
+    return g
+
+
 def load_zoo(name: str, batch: int = 1, image_size: int = 224, seq_len: int = 128) -> Graph:
-    """A zoo model by name (seed 0): ``resnet18``, ``resnet34``, ``resnet50`` (1000 classes,
-    ``image_size`` square inputs), ``bert_tiny``, ``bert_base`` (``seq_len`` tokens) or
-    ``vit_tiny`` (224x224).
+    """A zoo model by name (seed 0): ``resnet18``, ``resnet34``, ``resnet50``,
+    ``mobilenet_v2`` (1000 classes, ``image_size`` square inputs), ``bert_tiny``,
+    ``bert_base`` (``seq_len`` tokens) or ``vit_tiny`` (224x224).
 
     Raises
     ------
@@ -230,6 +285,8 @@ def load_zoo(name: str, batch: int = 1, image_size: int = 224, seq_len: int = 12
                 pass  # a damaged entry is rebuilt and replaced
     if name.startswith("resnet"):
         graph = resnet(int(name[len("resnet"):]), batch=batch, image_size=image_size)
+    elif name == "mobilenet_v2":
+        graph = mobilenet_v2(batch=batch, image_size=image_size)
     elif name.startswith("bert"):
         graph = bert(TRANSFORMERS[name], name, batch=batch, seq_len=seq_len)  # type: ignore[arg-type]
     else:

@@ -82,6 +82,10 @@ def _with_bias(arrays: dict[str, np.ndarray], node: Node, graph: Graph, channels
 
 # ---------------------------------------------------------------------- conv2d
 def _conv2d_workload(node: Node, graph: Graph) -> Conv2dWorkload:
+    groups = int(node.attrs.get("groups", 1))
+    if groups != 1:  # not an accelerator operator yet: the CPU fallback runs it
+        raise LoweringError(f"{node.name} ({node.op}): a grouped convolution ({groups} "
+                            "groups) runs on the CPU fallback")
     x = _input(node, graph, 0, (4,))
     w = graph.params[node.attrs["weight"]]
     (sh, sw), (ph, pw) = _pair(node.attrs.get("stride", 1)), _pair(node.attrs.get("padding", 0))
