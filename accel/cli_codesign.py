@@ -1,8 +1,9 @@
 """``accel codesign MODEL --device PART``: the machine for a network on an FPGA part.
 
 Searches :data:`accel.dse.codesign.SPACE` (:func:`accel.dse.codesign.search`), prints the best
-machines with their predicted cycles, latency at the part's clock and resources against its
-budget, and with ``--out DIR`` writes each as a ready config (``rank1.yaml``, ...), every
+machines with their predicted cycles, latency at the part's clock, energy per inference and
+resources against its budget (``--objective`` ranks by latency, energy or their product), and
+with ``--out DIR`` writes each as a ready config (``rank1.yaml``, ...), every
 priced machine (``machines.csv``) and the ranking's Pareto plot (``pareto.png``: latency
 against LUT positions). ``--verify`` runs the best machine through the timing simulator on
 the whole network (every layer checked bit-exact against numpy) and says where prediction and
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -31,7 +33,7 @@ from accel.cli_util import (
 
 __all__ = ["OBJECTIVES", "add_parsers", "cmd_codesign"]
 
-OBJECTIVES = ("latency",)
+OBJECTIVES = ("latency", "energy", "edp")
 """``accel.dse.codesign.OBJECTIVES``, without importing it (start-up; a test checks)."""
 
 
@@ -49,10 +51,23 @@ def _changes(m: Any, base: Any) -> str:
 
 
 def _machine_json(m: Any, base: Any) -> dict[str, Any]:
+    energy = None if m.energy_uj is None else round(m.energy_uj, 3)
     return {"config": m.config.name, "fields": dict(m.point), "cycles": round(m.cycles),
             "latency_ms": round(m.latency_ms, 4), "modelled_share": round(m.modelled, 4),
+            "energy_uj": energy,
+            "edp_uj_ms": None if energy is None else round(m.energy_uj * m.latency_ms, 4),
             "gain_over_base": (round(base.cycles / m.cycles, 4) if base.ok else None),
+            "energy_gain_over_base": (round(base.energy_uj / m.energy_uj, 4)
+                                      if base.ok and base.energy_uj and m.energy_uj else None),
             "resources": {k: {"used": u, "available": h} for k, (u, h) in m.use.items()}}
+
+
+def _energy_text(m: Any, base: Any) -> str:
+    if m.energy_uj is None:
+        return ""
+    gain = (f" ({base.energy_uj / m.energy_uj:.3f}x the base)"
+            if base is not m and base.ok and base.energy_uj else "")
+    return f", {m.energy_uj:,.1f} uJ{gain}"
 
 
 def _write_outputs(out: Any, result: Any, ev: Any, top: list[Any], model: str) -> list[str]:
@@ -68,11 +83,13 @@ def _write_outputs(out: Any, result: Any, ev: Any, top: list[Any], model: str) -
     path = out / "machines.csv"
     with path.open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow([*keys, "cycles", "lut_positions", "ffs", "dsps", "brams", "rejected"])
+        w.writerow([*keys, "cycles", "energy_uj", "lut_positions", "ffs", "dsps", "brams",
+                    "rejected"])
         for m in ev.machines:
             p = dict(m.point)
             a = m.area
             w.writerow([*(p.get(k) for k in keys), round(m.cycles) if m.ok else "",
+                        "" if m.energy_uj is None else round(m.energy_uj, 3),
                         *((a.lut_positions, a.ffs, a.dsps, a.brams) if a else ("",) * 4),
                         m.reason])
     written.append(str(path))
@@ -96,9 +113,13 @@ def _verify(model: str, m: Any, progress: Progress, options: dict[str, Any]) -> 
     layers = {r.name: r.cycles for r in report.layers if r.cycles is not None}
     worst = max(((abs(m.layers[n] - c) / c, n) for n, c in layers.items()
                  if n in m.layers and c), default=(0.0, ""))
+    energy = report.totals()["energy_uj_per_inference"]
     return {"cycles": report.accel_cycles, "bit_exact": bool(report.check),
             "predicted": round(m.cycles), "error": m.cycles / report.accel_cycles - 1,
-            "worst_layer": worst[1], "worst_layer_error": worst[0]}
+            "worst_layer": worst[1], "worst_layer_error": worst[0],
+            "energy_uj": energy, "predicted_energy_uj": m.energy_uj,
+            "energy_error": (m.energy_uj / energy - 1 if energy and m.energy_uj is not None
+                             else None)}
 
 
 def _synth(m: Any, device: Any, pnr: bool) -> dict[str, Any]:
@@ -134,17 +155,20 @@ def cmd_codesign(args: argparse.Namespace) -> int:
     options = {k: v for k, v in (("image_size", args.image_size), ("seq_len", args.seq_len))
                if v is not None}
     ev = Evaluator(args.model, device, base=args.base, graph_options=options,
-                   lut_multipliers=not args.no_lut_multipliers)
+                   lut_multipliers=not args.no_lut_multipliers, objective=args.objective)
     progress.start("codesign: search")
+    unit = {"latency": "cycles", "energy": "uJ", "edp": "uJ x ms"}[args.objective]
 
-    def show(_: Any, evaluations: int) -> None:
-        ok = [m for m in ev.machines if m.ok]
-        text = f"best {min(m.cycles for m in ok):,.0f} cycles" if ok else "no machine yet"
+    def show(best: Any, evaluations: int) -> None:
+        text = f"best {best.key()[1]:,.1f} {unit}" if best.ok else "no machine yet"
         progress.update(evaluations, None, f"{text}, {ev.area_checks} priced")
 
     result = search(ev, starts=args.starts, seed=args.seed, progress=show)
+    progress.start("codesign: energy of the best")  # compiled, where latency was the goal
+    top = [ev.with_energy(m) for m in result.ranked[:args.top]]
+    result = dataclasses.replace(result, base=ev.with_energy(result.base),
+                                 ranked=top + result.ranked[args.top:])
     progress.end()
-    top = result.ranked[:args.top]
     report: dict[str, Any] = {
         "model": ev.graph.name, "device": device.name, "objective": args.objective,
         "clock_mhz": device.clock_mhz, "evaluations": result.evaluations,
@@ -169,18 +193,20 @@ def cmd_codesign(args: argparse.Namespace) -> int:
 
 def _print(report: dict[str, Any], result: Any, top: list[Any], ev: Any) -> None:
     d = ev.device
-    print(f"{report['model']} on {d.name} ({d.part}, {d.clock_mhz:g} MHz): "
-          f"{result.evaluations} machines priced for cycles, {result.area_checks} in all "
-          "(area model first)")
+    print(f"{report['model']} on {d.name} ({d.part}, {d.clock_mhz:g} MHz), objective "
+          f"{report['objective']}: {result.evaluations} machines priced for cycles, "
+          f"{result.area_checks} in all (area model first); energy per inference predicted "
+          "from the compiled programs")
     b = result.base
     if b.ok:
-        print(f"base {ev.base.name}: {b.cycles:,.0f} cycles, {b.latency_ms:.3f} ms  "
-              f"{_use_text(b)}")
+        print(f"base {ev.base.name}: {b.cycles:,.0f} cycles, {b.latency_ms:.3f} ms"
+              f"{_energy_text(b, b)}  {_use_text(b)}")
     else:
         print(f"base {ev.base.name}: does not qualify on {d.name}: {b.reason}")
     for rank, m in enumerate(top, 1):
         gain = f"  {b.cycles / m.cycles:.3f}x the base" if b.ok else ""
-        print(f"#{rank} {m.cycles:,.0f} cycles, {m.latency_ms:.3f} ms{gain}  {_use_text(m)}")
+        print(f"#{rank} {m.cycles:,.0f} cycles, {m.latency_ms:.3f} ms{gain}"
+              f"{_energy_text(m, b)}  {_use_text(m)}")
         print(f"   {m.config.name}: {_changes(m, b)}")
     best = result.best
     if best.modelled < 1:
@@ -192,6 +218,9 @@ def _print(report: dict[str, Any], result: Any, top: list[Any], ev: Any) -> None
         print(f"verified #1 on the timing simulator: {v['cycles']:,} cycles ({state}); "
               f"predicted {v['predicted']:,} ({100 * v['error']:+.2f}%), worst layer "
               f"{v['worst_layer']} {100 * v['worst_layer_error']:.1f}% off")
+        if v.get("energy_error") is not None:
+            print(f"   energy {v['energy_uj']:,.1f} uJ per inference; predicted "
+                  f"{v['predicted_energy_uj']:,.1f} ({100 * v['energy_error']:+.2f}%)")
     s = report.get("synth")
     if s:
         parts = ", ".join(f"{k} {s['measured'][k]} (predicted {s['predicted'][k]})"
@@ -210,7 +239,8 @@ def add_parsers(subparsers: Any) -> None:
     p.add_argument("--device", required=True,
                    help="shipped part (ecp5-45f, ...) or device YAML: the budget and clock")
     p.add_argument("--objective", default="latency", choices=OBJECTIVES,
-                   help="what to minimise (latency at the part's clock)")
+                   help="what to minimise: latency at the part's clock, energy per inference, "
+                        "or energy x latency (edp); energy compiles each machine's layers")
     p.add_argument("--base", default=None,
                    help="config the search starts from and varies (default: the packaged "
                         "default)")

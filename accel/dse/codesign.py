@@ -26,11 +26,16 @@ positions). From a machine over the budget (the base on a smaller part) the desc
 the neighbour nearest the budget until one fits. :func:`grid` prices every point, for tests
 and for ``benchmarks/codesign_quality.py``, which compares the two.
 
-The objective is latency at the part's clock, which for one part ranks as cycles do.
+The objective is latency at the part's clock (which for one part ranks as cycles do), energy
+per inference, or their product (``edp``). Energy needs a third step for each machine that
+passes the other two: every accelerator layer compiled with the compiler's knobs and its
+program's actions counted (:meth:`Evaluator.energy`), priced by the config's energy table;
+DRAM traffic, most of the energy, is the compiled program's own.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections.abc import Callable, Sequence
@@ -51,8 +56,9 @@ SPACE: dict[str, tuple[Any, ...]] = {k: tuple(dict.fromkeys(v)) for k, v in AREA
 """The fields the search varies and their values: the area model's sampled space (the fit
 holds there), batch 1 (the networks' batch)."""
 
-OBJECTIVES = ("latency",)
-"""What the search minimises."""
+OBJECTIVES = ("latency", "energy", "edp")
+"""What the search minimises: latency at the part's clock (as cycles rank), the network's
+energy per inference, or their product (energy-delay)."""
 
 JOINT = (("core.block_in", "core.block_out"),)
 """Fields that move together as one axis (every combination of their values)."""
@@ -76,6 +82,12 @@ class Machine:
     modelled: float = 1.0
     """The share of the cycles priced by an operator model (the rest: roofline bounds)."""
     layers: dict[str, float] = field(default_factory=dict)
+    energy_uj: float | None = None
+    """The network's predicted energy per inference (:meth:`Evaluator.energy`), where the
+    objective needed it or it was asked for."""
+    score: float | None = None
+    """The objective's value: cycles (latency), microjoules (energy) or their product with
+    the latency in milliseconds (edp)."""
 
     @property
     def ok(self) -> bool:
@@ -92,11 +104,12 @@ class Machine:
         return sum(max(0.0, used / have - 1) for used, have in self.use.values())
 
     def key(self) -> tuple[int, float, float]:
-        """The ranking: fewest cycles, then fewest LUT positions; then the machines over
-        budget, nearest it first (so that a descent from one walks into the budget); then the
-        others rejected."""
+        """The ranking: the lowest objective (:attr:`score`), then fewest LUT positions; then
+        the machines over budget, nearest it first (so that a descent from one walks into the
+        budget); then the others rejected."""
         if self.cycles is not None and self.area is not None:
-            return (0, self.cycles, self.area.lut_positions)
+            score = self.cycles if self.score is None else self.score
+            return (0, score, self.area.lut_positions)
         if self.over > 0:
             return (1, self.over, 0)
         return (2, 0, 0)
@@ -111,9 +124,13 @@ class Evaluator:
 
     def __init__(self, model: Any, device: FpgaDevice, base: HwConfig | str | None = None,
                  graph_options: dict[str, Any] | None = None,
-                 lut_multipliers: bool = True) -> None:
+                 lut_multipliers: bool = True, objective: str = "latency") -> None:
         from runtime.network import load_model
 
+        if objective not in OBJECTIVES:
+            raise CodesignError(f"objective {objective!r}: expected one of "
+                                f"{', '.join(OBJECTIVES)}")
+        self.objective = objective
         if device.family != "ecp5":
             raise CodesignError(
                 f"{device.name}: no area model for the {device.family} family yet (the model "
@@ -124,13 +141,17 @@ class Evaluator:
         base_cfg = base if isinstance(base, HwConfig) else load_config(base)
         self.base = base_cfg.replace(clock_mhz=device.clock_mhz)
         self.graph = load_model(model, **(graph_options or {}))
+        self.batch = int(self.graph.values[self.graph.inputs[0]].shape[0]) \
+            if self.graph.inputs else 1
         self._optimised: dict[HwConfig, dict[str, tuple[Any, Any]]] = {}
         self.required = set(self._layers(self.base))
         self.evaluations = 0
         self.area_checks = 0
         self._seen: dict[tuple[tuple[str, Any], ...], Machine] = {}
         self._predicted: dict[tuple[str, Any, HwConfig], tuple[float, bool]] = {}
+        self._actions: dict[tuple[str, Any, HwConfig], Any] = {}
         self._partitions: dict[HwConfig, set[str]] = {}
+        self.compiles = 0
 
     def _layers(self, cfg: HwConfig) -> dict[str, tuple[Any, Any]]:
         """The accelerator layers of the network on ``cfg``: name -> (entry, workload), the
@@ -213,8 +234,57 @@ class Evaluator:
             cycles[name], by_model = self._predicted[key]
             modelled += cycles[name] if by_model else 0.0
         total = sum(cycles.values())
-        return Machine(cfg, point, cycles=total, area=area, use=use,
-                       modelled=modelled / total if total else 1.0, layers=cycles)
+        machine = Machine(cfg, point, cycles=total, area=area, use=use,
+                          modelled=modelled / total if total else 1.0, layers=cycles)
+        if self.objective == "latency":
+            return machine
+        try:
+            energy = self.energy(machine)
+        except LoweringError as exc:
+            return Machine(cfg, point, area=area, use=use, reason=f"does not compile: {exc}")
+        score = energy if self.objective == "energy" else energy * machine.latency_ms
+        return dataclasses.replace(machine, energy_uj=energy, score=score)
+
+    def with_energy(self, machine: Machine) -> Machine:
+        """``machine`` with its :attr:`Machine.energy_uj` (priced now if the objective did not
+        need it; left None for a machine not priced for cycles or one that does not
+        compile)."""
+        from compiler.errors import LoweringError
+
+        if machine.energy_uj is not None or not machine.ok:
+            return machine
+        try:
+            return dataclasses.replace(machine, energy_uj=self.energy(machine))
+        except LoweringError:
+            return machine
+
+    def energy(self, machine: Machine) -> float:
+        """The network's energy per inference on ``machine``, microjoules: each accelerator
+        layer compiled as the compiler would (its knobs, cached on disk), its actions counted
+        from the program (:meth:`ActionCounts.of_program`: exactly the simulator's), priced by
+        the config's energy table over the layer's predicted cycles. Module activity, which
+        only a simulation knows, is left out: 0.3 to 1% of a run's energy (ResNet-18 on
+        default and tiny), so the figure is that much low (``tests/test_codesign.py``).
+
+        Raises
+        ------
+        LoweringError
+            A layer the compiler cannot build for the machine.
+        """
+        from accel.machine.actions import ActionCounts
+        from accel.machine.energy import estimate
+
+        assert machine.cycles is not None
+        cfg, total = machine.config, 0.0
+        for name, (entry, wl) in self._layers(cfg).items():
+            key = (entry.op, wl, cfg)
+            if key not in self._actions:
+                self.compiles += 1
+                program = entry.compile(wl, cfg).program
+                self._actions[key] = ActionCounts.of_program(program.insns, cfg)
+            total += estimate(self._actions[key], cfg, round(machine.layers[name]),
+                              {}).total_uj
+        return total / self.batch
 
 
 @dataclass(frozen=True)

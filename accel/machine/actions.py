@@ -71,6 +71,7 @@ cycle 0 through its last dispatch), which the RTL counts as ``<module>.control.s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,6 +156,32 @@ class ActionCounts:
             self.writes["insn"] += n_beats * lanes if lanes > 1 else k
         self.reads["insn"] += n_insns
         self.insns += n_insns
+
+    @classmethod
+    def of_program(cls, insns: Sequence[Insn], cfg: HwConfig) -> ActionCounts:
+        """The counts of a program run to FINISH: its fetch and every instruction once, as the
+        functional simulator counts them (every instruction retires once, and no count
+        depends on data or order). Each distinct instruction is counted once and scaled by
+        how often it occurs."""
+        from collections import Counter
+
+        counts = cls()
+        counts.add_fetch(len(insns), cfg)
+        for insn, n in Counter(insns).items():
+            one = cls()
+            one.add_insn(insn, cfg)
+            counts.add_scaled(one, n)
+        return counts
+
+    def add_scaled(self, other: ActionCounts, n: int) -> None:
+        """Add ``n`` times ``other``'s counts to these."""
+        for f in _FIELDS:
+            mine, theirs = getattr(self, f), getattr(other, f)
+            if isinstance(mine, dict):
+                for k, v in theirs.items():
+                    mine[k] = mine.get(k, 0) + n * v
+            else:
+                setattr(self, f, mine + n * theirs)
 
     def add_insn(self, insn: Insn, cfg: HwConfig) -> None:
         """One instruction retired: its queue traffic, buffer accesses, operations and DRAM

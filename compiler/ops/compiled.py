@@ -30,7 +30,7 @@ from compiler.pipeline.build import build
 __all__ = ["CompiledOp", "bias_tiles", "cache_clear", "compile_cached", "compile_conv2d",
            "compile_matmul", "conv2d_program", "logged_knobs", "matmul_program"]
 
-_CACHE: dict[tuple[str, str, Any], CompiledOp] = {}
+_CACHE: dict[tuple[HwConfig, str, Any], CompiledOp] = {}
 
 
 @dataclass
@@ -84,7 +84,9 @@ def compile_cached(wl: Any, knobs: Any,
                    cfg: HwConfig, make: Callable[[], Program]) -> CompiledOp:
     """The cached program of (config, signature, knobs): in memory, then on disk
     (``$ACCEL_CACHE_DIR/programs``), else built by ``make`` and stored in both."""
-    key = (cfg.name, wl.signature(), knobs)
+    # The config itself, not its name: configs that differ only in their description share a
+    # name, and a program keeps the config it was built for.
+    key = (cfg, wl.signature(), knobs)
     if key in _CACHE:
         return _CACHE[key]
     start = time.perf_counter()
