@@ -422,7 +422,7 @@ def _conv2d_acc_tiles(
         xf = xp.pad(xf, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2))
     windows = _windows(xf, (kh, kw), stride, out_hw, xp)
     # (groups, OC / groups, C / groups * KH * KW): a group's output channels read its inputs.
-    weights = w.reshape(groups, oc // groups, -1).astype(dtype)
+    weights = w.reshape(groups, oc // groups, w.shape[1] * kh * kw).astype(dtype)
     if groups == 1:
         weights = weights[0]
     tile_bytes = _CONV_TILE_BYTES[xp.__name__]

@@ -413,6 +413,16 @@ def test_grouped_conv2d_deep_groups_are_exact(ops: ModuleType) -> None:
     assert int(acc[0, 0, 0, 0]) == 600 * 9 * 16384 and acc.dtype == np.int32
 
 
+def test_conv2d_empty_channels(ops: ModuleType) -> None:
+    """No output channels, or no input channels (every sum empty: zeros), with and without
+    groups: the weight matrix is shaped from the weight, not inferred from its size."""
+    rng = np.random.default_rng(2)
+    assert ops.conv2d(rand_int8(rng, (2, 4, 5, 5)), np.zeros((0, 2, 3, 3), np.int8),
+                      groups=2).shape == (2, 0, 3, 3)
+    acc = ops.conv2d_acc(np.zeros((2, 0, 5, 5), np.int8), np.zeros((4, 0, 2, 2), np.int8))
+    assert acc.shape == (2, 4, 4, 4) and not acc.any()
+
+
 @pytest.mark.parametrize(("groups", "w_shape", "message"), [
     (0, (4, 4, 3, 3), "groups must be a positive int dividing the 4 input and 4 output "
                       "channels, got 0"),
