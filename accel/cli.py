@@ -431,20 +431,12 @@ class Plotter:
 
     @classmethod
     def start(cls) -> Plotter | None:
-        import concurrent.futures
-        import multiprocessing
+        from runtime.workers import PoolHandle, forked_pool, sigint_deferred
 
-        from runtime.workers import PoolHandle, sigint_deferred, worker_init
-
-        if multiprocessing.current_process().daemon:
-            return None
-        try:
-            context = multiprocessing.get_context("fork")
-        except ValueError:
-            return None
         with sigint_deferred():  # the worker is forked at the first submit: record it first
-            pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context,
-                                                          initializer=worker_init)
+            pool = forked_pool()
+            if pool is None:
+                return None
             pool.submit(_import_plotting)
             return cls(PoolHandle.of(pool))
 

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PoolHandle", "sigint_deferred", "stop_pool", "submit_forked", "worker_init"]
+__all__ = ["PoolHandle", "forked_pool", "sigint_deferred", "stop_pool", "submit_forked",
+           "worker_init"]
 
 _PR_SET_PDEATHSIG = 1
 
@@ -109,6 +110,21 @@ def _call_forked(index: int) -> Any:
     return _FORKED[index]()
 
 
+def forked_pool() -> concurrent.futures.ProcessPoolExecutor | None:
+    """A pool of one worker process, forked at its first submit (:func:`worker_init` in
+    it), or None where no worker can be forked (no ``fork`` start method, or a daemonic
+    process: a pool or Dask worker may have no children). Create it and submit to it inside
+    :func:`sigint_deferred`, and record its :class:`PoolHandle` there."""
+    if multiprocessing.current_process().daemon:
+        return None
+    try:
+        context = multiprocessing.get_context("fork")
+    except ValueError:
+        return None
+    return concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                                  initializer=worker_init)
+
+
 def submit_forked(calls: Sequence[Callable[[], Any]]
                   ) -> tuple[PoolHandle, list[concurrent.futures.Future[Any]]] | None:
     """Run ``calls`` in order in one forked worker process; its handle (for
@@ -119,15 +135,10 @@ def submit_forked(calls: Sequence[Callable[[], Any]]
     what they reach are pickled (a network's programs or its trace would cost the parent as
     much to pickle as to use); only their results come back pickled. The pool is shut down
     at once: it ends when the last call has run, or when :func:`stop_pool` stops it."""
-    if multiprocessing.current_process().daemon:
-        return None
-    try:
-        context = multiprocessing.get_context("fork")
-    except ValueError:
-        return None
     with sigint_deferred():  # the worker is forked at the first submit: record it first
-        pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context,
-                                                      initializer=worker_init)
+        pool = forked_pool()
+        if pool is None:
+            return None
         _FORKED[:] = calls
         futures = [pool.submit(_call_forked, index) for index in range(len(calls))]
         handle = PoolHandle.of(pool)
