@@ -389,9 +389,7 @@ def _write_run_files(report: Any, out_dir: Path, backend: str, trace: bool = Tru
             drawn.result()  # the worker's error, if any, raised here
         else:
             report.plot_utilization(out_dir / "utilization.png")
-        names.append("utilization.png")
-        if trace:
-            names.append("trace.json")
+        names += ["utilization.png", "trace.json"] if trace else ["utilization.png"]
     return names
 
 
@@ -410,7 +408,7 @@ def _cpu_layers(exe: Any, report: Any) -> tuple[list[str], list[str]]:
             continue
         try:
             entry.workload(nodes[layer.name], exe.graph)
-        except (LoweringError, KeyError):
+        except LoweringError:
             unsupported.append(layer.name)
         else:
             unfit.append(layer.name)

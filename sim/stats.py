@@ -633,6 +633,15 @@ def _unpack_trace(packed: dict[str, Any]) -> tuple[list[Slice], list[tuple[str, 
     return timeline, counters
 
 
+def _columns(stats: SimStats, part: str) -> tuple[Any, ...] | None:
+    """``stats``' slices or counters (``part``) as :func:`_pack_trace` packs them: as they
+    came pickled, or packed now from the lists."""
+    packed = stats.__dict__.get("_packed")
+    if packed is not None:
+        return packed[part]
+    return _pack_slices(stats.timeline) if part == "slices" else _pack_counters(stats.counters)
+
+
 def _merged_names(columns: Sequence[tuple[Any, list[str]]]) -> tuple[Any, list[str]]:
     """Blocks' ``(name indices, names)`` as one: indices into one list of names, and those
     names as JSON text."""
@@ -648,10 +657,7 @@ def _slice_rows(blocks: Sequence[tuple[SimStats, float]]) -> tuple[Any, Any] | N
     """Every block's slices as event rows, and each block's first row."""
     import numpy as np
 
-    columns = []
-    for stats, _ in blocks:
-        packed = stats.__dict__.get("_packed")
-        columns.append(packed["slices"] if packed is not None else _pack_slices(stats.timeline))
+    columns = [_columns(stats, "slices") for stats, _ in blocks]
     n, bounds, us, offset = _program_columns(blocks, [c[0] for c in columns])
     if not n:
         return None
@@ -671,11 +677,7 @@ def _counter_rows(blocks: Sequence[tuple[SimStats, float]]) -> tuple[Any, Any] |
     """Every block's counters as event rows, and each block's first row."""
     import numpy as np
 
-    columns = []
-    for stats, _ in blocks:
-        packed = stats.__dict__.get("_packed")
-        columns.append(packed["counters"] if packed is not None
-                       else _pack_counters(stats.counters))
+    columns = [_columns(stats, "counters") for stats, _ in blocks]
     if any(c is None for c in columns):  # counters of other types: from the lists
         lists = [stats.counters for stats, _ in blocks]
         n, bounds, us, offset = _program_columns(blocks, lists)

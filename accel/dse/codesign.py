@@ -151,7 +151,6 @@ class Evaluator:
         self._predicted: dict[tuple[str, Any, HwConfig], tuple[float, bool]] = {}
         self._actions: dict[tuple[str, Any, HwConfig], Any] = {}
         self._partitions: dict[HwConfig, set[str]] = {}
-        self.compiles = 0
 
     def _layers(self, cfg: HwConfig) -> dict[str, tuple[Any, Any]]:
         """The accelerator layers of the network on ``cfg``: name -> (entry, workload), the
@@ -279,7 +278,6 @@ class Evaluator:
         for name, (entry, wl) in self._layers(cfg).items():
             key = (entry.op, wl, cfg)
             if key not in self._actions:
-                self.compiles += 1
                 program = entry.compile(wl, cfg).program
                 self._actions[key] = ActionCounts.of_program(program.insns, cfg)
             total += estimate(self._actions[key], cfg, round(machine.layers[name]),
