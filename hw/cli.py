@@ -39,6 +39,10 @@ def add_parsers(subparsers: Any) -> None:
                         "default: generic Verilog)")
     p.add_argument("--sim-models", action="store_true",
                    help="append simulation models of the instantiated primitives")
+    p.add_argument("--axi", action="store_true",
+                   help="the SoC block: AXI4 master (m_axi_*) for DRAM, AXI4-Lite slave "
+                        "(s_axi_*) for the registers of docs/register-map.md, aclk, aresetn, "
+                        "interrupt (top module accel_axi)")
     p.set_defaults(func=cmd_verilog)
 
     p = subparsers.add_parser(
@@ -83,12 +87,12 @@ def cmd_verilog(args: argparse.Namespace) -> int:
         cfg = _load(args.config)
     except ConfigError as exc:
         return _fail(str(exc))
-    from hw.export import verilog_text
+    from hw.export import axi_verilog_text, verilog_text
     from hw.primitives import family_for, sim_model
 
     family = family_for(args.target)
     try:
-        text = verilog_text(cfg, family=family)
+        text = axi_verilog_text(cfg, family) if args.axi else verilog_text(cfg, family=family)
     except ValueError as exc:
         return _fail(f"{cfg.source}: {exc}")
     if args.sim_models and family is not None:
@@ -98,6 +102,8 @@ def cmd_verilog(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"{args.output}: cannot write: {exc.strerror}")
     built = f" ({family} primitives)" if family else ""
+    if args.axi:
+        built += ", AXI-wrapped (top accel_axi)"
     print(f"{args.output}: {len(text.splitlines())} lines of Verilog for {cfg.name}{built}")
     return 0
 

@@ -15,10 +15,14 @@ from accel.machine.config import HwConfig
 from hw.primitives import Target
 from hw.top import Accelerator
 
-__all__ = ["TOP_NAME", "WRAPPER_VERSION", "PinWrapper", "design_hash", "verilog_text"]
+__all__ = ["AXI_TOP_NAME", "TOP_NAME", "WRAPPER_VERSION", "PinWrapper", "axi_verilog_text",
+           "design_hash", "verilog_text"]
 
 TOP_NAME = "accel_top"
 """Module name of the top level in the generated Verilog."""
+
+AXI_TOP_NAME = "accel_axi"
+"""Module name of the AXI-wrapped top level (:class:`hw.axi.AxiAccelerator`)."""
 
 PARITY_FANIN = 4
 """Bits XOR-reduced into each register of :class:`PinWrapper`'s parity tree (one LUT4)."""
@@ -41,6 +45,23 @@ def verilog_text(cfg: HwConfig, wrapped: bool = False, family: str | None = None
     platform = Target(family) if family is not None else None
     top = PinWrapper(cfg) if wrapped else Accelerator(cfg)
     return verilog.convert(top, name=TOP_NAME, emit_src=False, platform=platform)
+
+
+@functools.lru_cache(maxsize=4)
+def axi_verilog_text(cfg: HwConfig, family: str | None = None) -> str:
+    """The Verilog of :class:`hw.axi.AxiAccelerator` ``(cfg)``, top :data:`AXI_TOP_NAME`
+    (``accel verilog --axi``).
+
+    Raises
+    ------
+    ValueError
+        The config cannot be built, its DRAM channel does not fit AXI
+        (:func:`hw.axi.axi_limits`), or ``family`` is unknown.
+    """
+    from hw.axi import AxiAccelerator
+    platform = Target(family) if family is not None else None
+    return verilog.convert(AxiAccelerator(cfg), name=AXI_TOP_NAME, emit_src=False,
+                           platform=platform)
 
 
 def design_hash(cfg: HwConfig, family: str | None = None) -> str:

@@ -59,9 +59,18 @@ class Accelerator(wiring.Component):
         FINISH has retired (until the next ``start``).
     cycles : Out
         Cycles since the run began; stops when ``done`` rises.
+    active, stalled : Out
+        With ``status``: per module (bit 0 load, 1 compute, 2 store), this cycle the module runs
+        an instruction (its decode cycle through its last, ``ModuleStats.active``'s cycles) /
+        has one, in its command queue or held, that it does not run (it waits on a token or on
+        room to push one). For the counters of :mod:`hw.axi`; without ``status`` there are
+        no such ports and the design is the same as before them.
     """
 
-    def __init__(self, cfg: HwConfig) -> None:
+    STATUS_MODULES = ("load", "compute", "store")
+    """The modules of the ``active`` and ``stalled`` bits, bit 0 first."""
+
+    def __init__(self, cfg: HwConfig, status: bool = False) -> None:
         try:
             if not isinstance(cfg, HwConfig):
                 raise TypeError(f"cfg must be a HwConfig, not {type(cfg).__name__}")
@@ -71,14 +80,19 @@ class Accelerator(wiring.Component):
             raise
         self._cfg = cfg
         self._p = p
-        super().__init__({
+        self._status = status
+        members = {
             "dram": Out(dram_port(p)),
             "start": In(1),
             "insn_addr": In(p.dram_addr_bits),
             "insn_count": In(32),
             "done": Out(1),
             "cycles": Out(CYCLE_BITS),
-        })
+        }
+        if status:
+            members |= {"active": Out(len(self.STATUS_MODULES)),
+                        "stalled": Out(len(self.STATUS_MODULES))}
+        super().__init__(members)
 
     @property
     def cfg(self) -> HwConfig:
@@ -110,6 +124,8 @@ class Accelerator(wiring.Component):
             m.d.comb += [cq.w_pre.eq(getattr(fetch, f"pre_{q}")), units[q].cmd_pre.eq(cq.r_pre)]
             m.d.comb += [getattr(fetch, f"room_{q}").eq(cq.room),
                          getattr(fetch, f"room_next_{q}").eq(cq.room_next)]
+            if self._status and q in self.STATUS_MODULES:
+                self._module_status(m, self.STATUS_MODULES.index(q), units[q], cq)
         tq = {}
         for name in ("l2c", "c2l", "c2s", "s2c"):
             tq[name] = m.submodules[f"{name}_token_queue"] = TokenQueue(d)
@@ -170,6 +186,25 @@ class Accelerator(wiring.Component):
             with m.If(compute.finish):
                 m.d.sync += [running.eq(0), self.done.eq(1)]
         return m
+
+
+    def _module_status(self, m: Module, bit: int, unit: LoadUnit | Compute | StoreUnit,
+                       cq: CommandQueue) -> None:
+        """``active`` and ``stalled`` of one module, from its issue and retire strobes and its
+        command queue's handshake: an instruction runs from its issue through its retire (the
+        next one issues after that cycle), and is held from its take off the queue until its
+        issue."""
+        running = Signal(name=f"status_running_{bit}")
+        held = Signal(name=f"status_held_{bit}")
+        active = Signal(name=f"status_active_{bit}")
+        taken = cq.r.valid & cq.r.ready
+        m.d.comb += [
+            active.eq(unit.issue | running),
+            self.active[bit].eq(active),
+            self.stalled[bit].eq((cq.r.valid | held) & ~active),
+        ]
+        m.d.sync += [running.eq((running | unit.issue) & ~unit.retire),
+                     held.eq((held | taken) & ~unit.issue)]
 
 
 def _fetch(p: RtlParams, units: dict[str, LoadUnit | Compute | StoreUnit]) -> Fetch:

@@ -127,7 +127,9 @@ class DramConfig:
     grant to its first beat (and from a write's last beat to its response), ``max_burst`` the
     largest transaction in bytes. ``max_outstanding`` transactions may be in flight at once
     (1: each waits for the one before to finish, the original channel); ``arbiter`` picks among
-    the requesters asking in a cycle.
+    the requesters asking in a cycle. ``axi_id_bits`` is the width of the AXI ID signals of
+    the AXI-wrapped design (``accel verilog --axi``, ``hw.axi``); it uses ID 0 alone, so the
+    width changes the ports and nothing of the machine.
     """
 
     bytes_per_cycle: int = 8
@@ -136,6 +138,7 @@ class DramConfig:
     max_outstanding: int = 1
     arbiter: str = "priority"
     merge_rows: bool = False
+    axi_id_bits: int = 1
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,7 @@ FEATURE_TAGS: dict[tuple[str, str], Any] = {
 """Machine features spelled out in :attr:`HwConfig.name` when they are not the original
 machine's: ``(section, field) -> tag of the value`` (empty for the original)."""
 
-_UNHASHED = (("gemm", "lut_macs"),)
+_UNHASHED = (("gemm", "lut_macs"), ("dram", "axi_id_bits"))
 """Features of :data:`FEATURE_TAGS` newer than the name's hash, left out of the data it hashes,
 so that every config written before them keeps its name."""
 
@@ -671,6 +674,8 @@ def _validate(cfg: HwConfig) -> None:
     _check(1 <= d.max_outstanding <= MAX_OUTSTANDING, cfg, "dram.max_outstanding",
            f"1..{MAX_OUTSTANDING} requests in flight (the RTL keeps at most {MAX_OUTSTANDING})",
            d.max_outstanding)
+    _check(isinstance(d.axi_id_bits, int) and 1 <= d.axi_id_bits <= 32, cfg, "dram.axi_id_bits",
+           "1..32 bits", d.axi_id_bits)
     _check(d.arbiter in DRAM_ARBITERS, cfg, "dram.arbiter", f"one of {', '.join(DRAM_ARBITERS)}",
            d.arbiter)
     _check(

@@ -1,0 +1,545 @@
+"""The accelerator as an SoC block: an AXI4 master for DRAM and an AXI4-Lite slave for control.
+
+:class:`AxiAccelerator` wraps :class:`hw.top.Accelerator` (built with its ``status`` ports)
+and has the port names IP integrators recognise: ``aclk``, ``aresetn`` (active low,
+synchronous), ``m_axi_*`` (AXI4, data ``dram.bytes_per_cycle`` bytes wide, ID
+``dram.axi_id_bits`` wide), ``s_axi_*`` (AXI4-Lite, 32-bit data, 12-bit address) and
+``interrupt`` (active high, level). ``accel verilog --axi`` writes it.
+
+**Control** (:class:`AxiLiteRegs`): the register map of :mod:`accel.machine.regmap`, from which
+the decoder is built register by register. A write takes its address and data together (the
+slave waits for both ``awvalid`` and ``wvalid``); a read answers in the cycle after its address.
+A bad access (no register at the address, a write to a read-only register, ``START`` while
+busy) answers ``SLVERR`` and changes nothing.
+
+**DRAM** (:class:`AxiDramBridge`): each transaction of the accelerator's channel
+(:mod:`hw.dram`: byte address, up to ``dram.max_burst`` bytes, its beats in grant order) is one
+INCR burst of full-width beats from the aligned address below it, or two where it crosses a
+4 KB boundary (AXI forbids a burst that does). The channel's beat ``j`` carries the bytes
+``addr + j * bpc ..``; an AXI beat carries an aligned word, so for an address off the beat
+(``o = addr % bpc`` bytes) the bridge realigns: a read's channel beat ``j`` is formed from AXI
+beats ``j`` and ``j + 1`` (in the cycle the second arrives; the last, where it needs the first
+alone, in the cycle after), a write's AXI beat ``k`` from channel beats ``k - 1`` and ``k``,
+with ``wstrb`` masking the bytes outside the transaction. Aligned transactions pass through
+with no added cycle on the data. Addresses go out as soon as they are granted, up to
+``dram.max_outstanding`` transactions in flight (the arbiter's bound), all with ID 0, so the
+slave returns reads in order and write responses in order; the data phases follow the
+channel's order: a write's W beats wait for the reads granted before it, and the other way
+round. A response other than OKAY sets ``STATUS.DRAM_ERROR`` (the data go on as they came).
+"""
+
+from __future__ import annotations
+
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Module, Mux, ResetSignal, Signal
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from accel.machine import regmap
+from accel.machine.config import HwConfig
+from hw.dram import DramPort, dram_port
+from hw.params import RtlParams
+from hw.top import Accelerator
+
+__all__ = ["AXI_BOUNDARY", "AxiAccelerator", "AxiDramBridge", "AxiLiteRegs", "axi_limits",
+           "m_axi_members", "s_axi_members"]
+
+AXI_BOUNDARY = 4096
+"""No AXI burst crosses a multiple of this many bytes."""
+
+LITE_ADDR_BITS = 12
+"""Address width of the AXI4-Lite slave (the register window, ``regmap.WINDOW_BYTES``)."""
+
+OKAY, SLVERR = 0b00, 0b10
+
+_CACHE_NORMAL = 0b0011
+"""``AxCACHE``: normal, non-cacheable, bufferable (what Xilinx's HP ports expect)."""
+
+
+def axi_limits(cfg: HwConfig) -> None:
+    """Check that ``cfg``'s DRAM channel fits AXI4.
+
+    Raises
+    ------
+    ValueError
+        The data bus is wider than 1024 bits, a transaction could need more than 256 beats, or
+        ``dram.max_burst`` exceeds 4 KB (a transaction would cross more than one boundary).
+    """
+    d = cfg.dram
+    if d.bytes_per_cycle > 128:
+        raise ValueError(f"{cfg.name}: dram.bytes_per_cycle {d.bytes_per_cycle}: AXI data is "
+                         "at most 1024 bits (128 bytes)")
+    if d.max_burst > AXI_BOUNDARY:
+        raise ValueError(f"{cfg.name}: dram.max_burst {d.max_burst}: the AXI wrapper takes at "
+                         f"most {AXI_BOUNDARY} bytes (one 4 KB boundary per transaction)")
+    if d.max_burst // d.bytes_per_cycle + 1 > 256:
+        raise ValueError(f"{cfg.name}: dram.max_burst {d.max_burst} over {d.bytes_per_cycle}-byte "
+                         "beats: an unaligned transaction would need more than 256 AXI beats")
+
+
+def axi_addr_bits(p: RtlParams) -> int:
+    """Width of ``m_axi_araddr``/``awaddr``: 32, or 64 where the DRAM addresses need more."""
+    return 32 if p.dram_addr_bits <= 32 else 64
+
+
+def m_axi_members(p: RtlParams) -> dict[str, object]:
+    """The AXI4 master's ports, ``m_axi_*``, seen from the master."""
+    a, d, i = axi_addr_bits(p), p.beat_bits, p.cfg.dram.axi_id_bits
+    out: dict[str, object] = {}
+    for ch in ("aw", "ar"):
+        out |= {f"{ch}id": Out(i), f"{ch}addr": Out(a), f"{ch}len": Out(8), f"{ch}size": Out(3),
+                f"{ch}burst": Out(2), f"{ch}lock": Out(1), f"{ch}cache": Out(4),
+                f"{ch}prot": Out(3), f"{ch}qos": Out(4), f"{ch}valid": Out(1),
+                f"{ch}ready": In(1)}
+    out |= {"wdata": Out(d), "wstrb": Out(d // 8), "wlast": Out(1), "wvalid": Out(1),
+            "wready": In(1),
+            "bid": In(i), "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "rid": In(i), "rdata": In(d), "rresp": In(2), "rlast": In(1), "rvalid": In(1),
+            "rready": Out(1)}
+    return {f"m_axi_{k}": v for k, v in out.items()}
+
+
+def s_axi_members() -> dict[str, object]:
+    """The AXI4-Lite slave's ports, ``s_axi_*``, seen from the slave."""
+    d = 8 * regmap.DATA_BYTES
+    out = {"awaddr": In(LITE_ADDR_BITS), "awprot": In(3), "awvalid": In(1), "awready": Out(1),
+           "wdata": In(d), "wstrb": In(d // 8), "wvalid": In(1), "wready": Out(1),
+           "bresp": Out(2), "bvalid": Out(1), "bready": In(1),
+           "araddr": In(LITE_ADDR_BITS), "arprot": In(3), "arvalid": In(1), "arready": Out(1),
+           "rdata": Out(d), "rresp": Out(2), "rvalid": Out(1), "rready": In(1)}
+    return {f"s_axi_{k}": v for k, v in out.items()}
+
+
+class AxiLiteRegs(wiring.Component):
+    """The register map of :mod:`accel.machine.regmap` behind an AXI4-Lite slave.
+
+    Ports
+    -----
+    s_axi_* : the slave (:func:`s_axi_members`).
+    start : Out
+        A one-cycle pulse: ``CTRL.START`` was written while idle.
+    insn_addr, insn_count : Out
+        ``INSN_ADDR_HI:INSN_ADDR_LO`` (cut to ``addr_bits``) and ``INSN_COUNT``.
+    dram_base : Out
+        ``DRAM_BASE_HI:DRAM_BASE_LO`` with bits 11:0 cleared, cut to ``base_bits``.
+    done, dram_error : In
+        ``STATUS.DONE`` and ``STATUS.DRAM_ERROR``.
+    counters : In
+        The 64-bit counters of ``regmap.COUNTERS``, in that order.
+    interrupt : Out
+        ``IRQ_STATUS & IRQ_ENABLE`` is non-zero (registered).
+    """
+
+    def __init__(self, addr_bits: int, base_bits: int) -> None:
+        self._addr_bits = addr_bits
+        super().__init__({
+            **s_axi_members(),
+            "start": Out(1),
+            "dram_base": Out(base_bits),
+            "insn_addr": Out(addr_bits),
+            "insn_count": Out(32),
+            "done": In(1),
+            "dram_error": In(1),
+            "counters": In(data.ArrayLayout(64, len(regmap.COUNTERS))),
+            "interrupt": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        regs = regmap.REGISTERS
+        word = 8 * regmap.DATA_BYTES
+        stored = {r.name: Signal(word, name=f"reg_{r.name.lower()}")
+                  for r in regs if r.access in ("rw", "w1c")}
+        busy = Signal()
+        done_q = Signal()
+        hi_latch = [Signal(32, name=f"hi_{name.lower()}") for name, _ in regmap.COUNTERS]
+        m.d.comb += [
+            self.insn_addr.eq(Cat(stored["INSN_ADDR_LO"], stored["INSN_ADDR_HI"])),
+            self.insn_count.eq(stored["INSN_COUNT"]),
+            self.dram_base.eq(Cat(Const(0, 12), stored["DRAM_BASE_LO"][12:],
+                                  stored["DRAM_BASE_HI"])),
+        ]
+        irq = regmap.register("IRQ_STATUS").field("DONE")
+        m.d.sync += [
+            done_q.eq(self.done),
+            self.interrupt.eq((stored["IRQ_STATUS"] & stored["IRQ_ENABLE"]).any()),
+        ]
+
+        # The read value of every register.
+        status = regmap.register("STATUS")
+        value: dict[str, object] = {}
+        for r in regs:
+            if r.name in stored:
+                value[r.name] = stored[r.name]
+            elif r.name == "STATUS":
+                v = Signal(word, name="status_value")
+                m.d.comb += [v[status.field("DONE").lsb].eq(self.done & ~busy),
+                             v[status.field("BUSY").lsb].eq(busy),
+                             v[status.field("DRAM_ERROR").lsb].eq(self.dram_error)]
+                value[r.name] = v
+            elif r.name == "ID":
+                value[r.name] = Const(regmap.ID_MAGIC, word)
+            elif r.access == "wo":
+                value[r.name] = Const(0, word)
+        for i, (name, _) in enumerate(regmap.COUNTERS):
+            value[f"{name}_LO"] = self.counters[i][:32]
+            value[f"{name}_HI"] = hi_latch[i]
+        missing = [r.name for r in regs if r.name not in value]
+        assert not missing, f"no read value for {missing}"
+
+        # Reads: the address is taken when no answer is pending; the answer the cycle after.
+        s = self
+        m.d.comb += s.s_axi_arready.eq(~s.s_axi_rvalid)
+        with m.If(s.s_axi_rvalid & s.s_axi_rready):
+            m.d.sync += s.s_axi_rvalid.eq(0)
+        with m.If(s.s_axi_arvalid & s.s_axi_arready):
+            index = s.s_axi_araddr[2:]
+            m.d.sync += [s.s_axi_rvalid.eq(1), s.s_axi_rresp.eq(SLVERR), s.s_axi_rdata.eq(0)]
+            with m.Switch(index):
+                for r in regs:
+                    with m.Case(r.offset // regmap.DATA_BYTES):
+                        m.d.sync += [s.s_axi_rresp.eq(OKAY), s.s_axi_rdata.eq(value[r.name])]
+                        if r.name.endswith("_LO") and r.name[:-3] in dict(regmap.COUNTERS):
+                            i = [n for n, _ in regmap.COUNTERS].index(r.name[:-3])
+                            m.d.sync += hi_latch[i].eq(self.counters[i][32:])
+
+        # Writes: address and data together, the answer the cycle after.
+        m.d.comb += self.start.eq(0)
+        both = Signal()
+        m.d.comb += [both.eq(s.s_axi_awvalid & s.s_axi_wvalid & ~s.s_axi_bvalid),
+                     s.s_axi_awready.eq(both), s.s_axi_wready.eq(both)]
+        with m.If(s.s_axi_bvalid & s.s_axi_bready):
+            m.d.sync += s.s_axi_bvalid.eq(0)
+        strobe_bits = Cat(*(b.replicate(8) for b in s.s_axi_wstrb))
+        wdata = s.s_axi_wdata
+        start_bit = regmap.register("CTRL").field("START")
+        with m.If(both):
+            m.d.sync += [s.s_axi_bvalid.eq(1), s.s_axi_bresp.eq(SLVERR)]
+            with m.Switch(s.s_axi_awaddr[2:]):
+                for r in regs:
+                    with m.Case(r.offset // regmap.DATA_BYTES):
+                        if r.access == "rw":
+                            reg = stored[r.name]
+                            m.d.sync += [reg.eq((reg & ~strobe_bits) | (wdata & strobe_bits)),
+                                         s.s_axi_bresp.eq(OKAY)]
+                        elif r.access == "w1c":
+                            reg = stored[r.name]
+                            m.d.sync += [reg.eq(reg & ~(wdata & strobe_bits)),
+                                         s.s_axi_bresp.eq(OKAY)]
+                        elif r.name == "CTRL":
+                            go = wdata[start_bit.lsb] & strobe_bits[start_bit.lsb]
+                            with m.If(~(go & busy)):
+                                m.d.sync += s.s_axi_bresp.eq(OKAY)
+                            with m.If(go & ~busy):
+                                m.d.comb += self.start.eq(1)
+                                m.d.sync += busy.eq(1)
+                        # ``ro``: SLVERR, as set above.
+        # The run's end (after the writes: it wins over a clear in the same cycle).
+        with m.If(self.done & ~done_q):
+            m.d.sync += [busy.eq(0), stored["IRQ_STATUS"][irq.lsb].eq(1)]
+        return m
+
+
+_Req = data.StructLayout
+
+
+class AxiDramBridge(wiring.Component):
+    """The accelerator's DRAM channel as an AXI4 master (module docstring).
+
+    Ports
+    -----
+    dram : In(DramPort)
+        The channel, from the accelerator's arbiter.
+    m_axi_* : the master (:func:`m_axi_members`).
+    base : In
+        Added to every address (``DRAM_BASE``, 4 KB aligned).
+    rd_bytes, wr_bytes : Out
+        Pulses of a granted read's / write's byte count (0 otherwise), for the counters.
+    error : Out
+        A response other than OKAY came in this cycle.
+    """
+
+    def __init__(self, params: RtlParams) -> None:
+        axi_limits(params.cfg)
+        self._p = params
+        port: DramPort = dram_port(params)
+        super().__init__({
+            "dram": In(port),
+            **m_axi_members(params),
+            "base": In(axi_addr_bits(params)),
+            "rd_bytes": Out(params.burst_bytes_bits),
+            "wr_bytes": Out(params.burst_bytes_bits),
+            "error": Out(1),
+        })
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        p = self._p
+        cfg = p.cfg
+        bpc = cfg.dram.bytes_per_cycle
+        shift = (bpc - 1).bit_length()            # log2(bpc)
+        n_max = cfg.dram.max_outstanding
+        beat_bits = p.beat_bits
+        bytes_bits = p.burst_bytes_bits
+        abits = axi_addr_bits(p)
+        beats_bits = 9                              # up to 256 beats (8 bits of len + 1)
+        obits = max(1, shift)
+        req = self.dram.req
+        req_layout = req.payload.shape()
+
+        # --- Grants: one entry for the address phase, one for the data phase.
+        # One more entry than transactions in flight: a buffered FIFO that is full but for one
+        # entry takes no write in the cycle its head moves to the output register.
+        m.submodules.addr_q = addr_q = fifo.SyncFIFOBuffered(width=req_layout.size,
+                                                             depth=n_max + 1)
+        m.submodules.data_q = data_q = fifo.SyncFIFOBuffered(width=req_layout.size,
+                                                             depth=n_max + 1)
+        grant = Signal()
+        m.d.comb += [
+            req.ready.eq(addr_q.w_rdy & data_q.w_rdy),
+            grant.eq(req.valid & req.ready),
+            addr_q.w_en.eq(grant), addr_q.w_data.eq(req.payload),
+            data_q.w_en.eq(grant), data_q.w_data.eq(req.payload),
+            self.rd_bytes.eq(Mux(grant & ~req.payload.write, req.payload.bytes, 0)),
+            self.wr_bytes.eq(Mux(grant & req.payload.write, req.payload.bytes, 0)),
+        ]
+
+        def geometry(entry: object, name: str) -> tuple[Signal, ...]:
+            """An entry's offset in its first beat, AXI beats, channel beats, AXI beats up to
+            the first 4 KB boundary (all of them when it crosses none) and last lane."""
+            o = Signal(obits, name=f"{name}_o")
+            n_axi = Signal(beats_bits, name=f"{name}_n_axi")
+            n_ch = Signal(beats_bits, name=f"{name}_n_ch")
+            first = Signal(beats_bits, name=f"{name}_first")
+            end_lane = Signal(obits, name=f"{name}_end_lane")
+            aligned = Signal(abits, name=f"{name}_aligned")
+            to_boundary = Signal(beats_bits + 1, name=f"{name}_to_boundary")
+            boundary_bits = (AXI_BOUNDARY - 1).bit_length()
+            span = Signal(bytes_bits + shift + 1, name=f"{name}_span")
+            m.d.comb += [
+                o.eq(entry.addr[:shift] if shift else 0),
+                aligned.eq(Cat(Const(0, shift), entry.addr[shift:])),
+                span.eq(o + entry.bytes + (bpc - 1)),
+                n_axi.eq(span >> shift),
+                n_ch.eq((entry.bytes + (bpc - 1)) >> shift),
+                to_boundary.eq((AXI_BOUNDARY - aligned[:boundary_bits]) >> shift),
+                first.eq(Mux(n_axi > to_boundary, to_boundary, n_axi)),
+                end_lane.eq((o + entry.bytes - 1)[:obits] if shift else 0),
+            ]
+            return o, n_axi, n_ch, first, end_lane, aligned
+
+        # --- Address phase: the front entry's one or two bursts on AR or AW.
+        head = Signal(req_layout)
+        m.d.comb += head.eq(addr_q.r_data)
+        _o, a_n_axi, _n_ch, a_first, _end, a_aligned = geometry(head, "a")
+        second = Signal()                          # the head's first burst has gone out
+        split = Signal()
+        m.d.comb += split.eq(a_first != a_n_axi)
+        burst_addr = Signal(abits)
+        burst_beats = Signal(beats_bits)
+        m.d.comb += [
+            burst_addr.eq(Mux(second, a_aligned + (a_first << shift), a_aligned) + self.base),
+            burst_beats.eq(Mux(second, a_n_axi - a_first, a_first)),
+        ]
+        for ch in ("ar", "aw"):
+            m.d.comb += [
+                getattr(self, f"m_axi_{ch}id").eq(0),
+                getattr(self, f"m_axi_{ch}addr").eq(burst_addr),
+                getattr(self, f"m_axi_{ch}len").eq(burst_beats - 1),
+                getattr(self, f"m_axi_{ch}size").eq(shift),
+                getattr(self, f"m_axi_{ch}burst").eq(0b01),      # INCR
+                getattr(self, f"m_axi_{ch}lock").eq(0),
+                getattr(self, f"m_axi_{ch}cache").eq(_CACHE_NORMAL),
+                getattr(self, f"m_axi_{ch}prot").eq(0),
+                getattr(self, f"m_axi_{ch}qos").eq(0),
+            ]
+        m.d.comb += [self.m_axi_arvalid.eq(addr_q.r_rdy & ~head.write),
+                     self.m_axi_awvalid.eq(addr_q.r_rdy & head.write)]
+        sent = Signal()
+        m.d.comb += sent.eq((self.m_axi_arvalid & self.m_axi_arready)
+                            | (self.m_axi_awvalid & self.m_axi_awready))
+        last_burst = Signal()
+        m.d.comb += last_burst.eq(~split | second)
+        with m.If(sent):
+            m.d.sync += second.eq(~last_burst)
+        m.d.comb += addr_q.r_en.eq(sent & last_burst)
+
+        # --- Write responses: one per burst, the write's last burst acknowledges it.
+        # Unbuffered: its level counts every burst whose response is due (two per transaction
+        # at most), so it is never full when an AW goes out.
+        m.submodules.b_q = b_q = fifo.SyncFIFO(width=1, depth=2 * n_max)
+        m.d.comb += [
+            b_q.w_en.eq(self.m_axi_awvalid & self.m_axi_awready),
+            b_q.w_data.eq(last_burst),
+            self.m_axi_bready.eq(b_q.r_rdy),
+            b_q.r_en.eq(self.m_axi_bvalid & b_q.r_rdy),
+            self.dram.wr_ack.eq(self.m_axi_bvalid & b_q.r_rdy & b_q.r_data[0]),
+        ]
+
+        # --- Data phase, in grant order: the front transaction's beats.
+        front = Signal(req_layout)
+        busy = Signal()                               # a front transaction is loaded
+        f_o = Signal(obits)
+        f_end = Signal(obits)
+        f_first = Signal(beats_bits)
+        left_axi = Signal(beats_bits)                 # AXI beats still to move
+        left_ch = Signal(beats_bits)                  # channel beats still to move
+        k = Signal(beats_bits)                        # AXI beats moved
+        prev = Signal(beat_bits)                      # the last AXI beat read / channel beat sent
+        have_prev = Signal()
+        entry = Signal(req_layout)
+        m.d.comb += entry.eq(data_q.r_data)
+        e_o, e_n_axi, e_n_ch, e_first, e_end, _aligned = geometry(entry, "d")
+
+        r_fire = Signal()
+        w_fire = Signal()
+        strobe = Signal()                             # a channel beat moves this cycle
+        finishing = Signal()
+        is_read = busy & ~front.write
+        is_write = busy & front.write
+        m.d.comb += [
+            self.m_axi_rready.eq(is_read & (left_axi != 0)),
+            r_fire.eq(self.m_axi_rvalid & self.m_axi_rready),
+        ]
+        # Reads.
+        aligned_read = f_o == 0
+        tail = Signal()                                # the last channel beat, from ``prev``
+        m.d.comb += tail.eq(is_read & ~aligned_read & have_prev & (left_axi == 0)
+                            & (left_ch != 0))
+        joined = Signal(2 * beat_bits)
+        m.d.comb += joined.eq(Cat(prev, self.m_axi_rdata) >> Cat(Const(0, 3), f_o))
+        read_strobe = Signal()
+        m.d.comb += read_strobe.eq(
+            (r_fire & (aligned_read | have_prev)) | tail)
+        # Writes: AXI beat k from channel beats k - 1 (``prev``) and k (``wr_data``).
+        lanes = bpc
+        strb_first = Signal(lanes)
+        strb_last = Signal(lanes)
+        ones = (1 << lanes) - 1
+        m.d.comb += [
+            strb_first.eq(Const(ones, lanes) << f_o),
+            strb_last.eq(Const(ones, lanes) >> (Const(lanes - 1, obits + 1) - f_end).as_unsigned()),
+        ]
+        wjoined = Signal(2 * beat_bits)
+        m.d.comb += wjoined.eq(Cat(prev, self.dram.wr_data)
+                               << Cat(Const(0, 3), f_o))
+        m.d.comb += [
+            self.m_axi_wvalid.eq(is_write & (left_axi != 0)),
+            self.m_axi_wdata.eq(wjoined[beat_bits:]),
+            self.m_axi_wstrb.eq(Mux(k == 0, strb_first, ones)
+                                & Mux(left_axi == 1, strb_last, ones)),
+            self.m_axi_wlast.eq((k + 1 == f_first) | (left_axi == 1)),
+            w_fire.eq(self.m_axi_wvalid & self.m_axi_wready),
+        ]
+        write_strobe = Signal()
+        m.d.comb += write_strobe.eq(w_fire & (left_ch != 0))
+        m.d.comb += [
+            strobe.eq(read_strobe | write_strobe),
+            self.dram.rsp_valid.eq(strobe),
+            self.dram.rsp_data.eq(Mux(aligned_read, self.m_axi_rdata, joined[:beat_bits])
+                                  if shift else self.m_axi_rdata),
+        ]
+        moved = r_fire | w_fire
+        # Done when both counts reach 0 at the end of this cycle.
+        m.d.comb += finishing.eq(busy & (left_ch == strobe) & (left_axi == moved))
+        with m.If(busy):
+            with m.If(moved):
+                m.d.sync += [left_axi.eq(left_axi - 1), k.eq(k + 1)]
+            with m.If(strobe):
+                m.d.sync += left_ch.eq(left_ch - 1)
+            with m.If(r_fire):
+                m.d.sync += [prev.eq(self.m_axi_rdata), have_prev.eq(1)]
+            with m.If(write_strobe):
+                m.d.sync += prev.eq(self.dram.wr_data)
+        load = Signal()
+        m.d.comb += [load.eq((~busy | finishing) & data_q.r_rdy), data_q.r_en.eq(load)]
+        with m.If(load):
+            m.d.sync += [front.eq(entry), busy.eq(1), f_o.eq(e_o), f_end.eq(e_end),
+                         f_first.eq(e_first), left_axi.eq(e_n_axi),
+                         left_ch.eq(e_n_ch), k.eq(0), have_prev.eq(0)]
+        with m.Elif(finishing):
+            m.d.sync += busy.eq(0)
+
+        m.d.comb += self.error.eq(
+            (r_fire & (self.m_axi_rresp != OKAY))
+            | (self.m_axi_bvalid & self.m_axi_bready & (self.m_axi_bresp != OKAY)))
+        return m
+
+
+class AxiAccelerator(wiring.Component):
+    """:class:`hw.top.Accelerator` with an AXI4 master, an AXI4-Lite slave and an interrupt
+    (module docstring), its own clock and reset ports.
+
+    Raises
+    ------
+    ValueError
+        The RTL cannot build ``cfg``, or its DRAM channel does not fit AXI (:func:`axi_limits`).
+    """
+
+    def __init__(self, cfg: HwConfig) -> None:
+        try:
+            p = RtlParams.of(cfg)
+            axi_limits(cfg)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True
+            raise
+        self._cfg = cfg
+        self._p = p
+        super().__init__({
+            "aclk": In(1),
+            "aresetn": In(1),
+            **m_axi_members(p),
+            **s_axi_members(),
+            "interrupt": Out(1),
+        })
+
+    @property
+    def cfg(self) -> HwConfig:
+        return self._cfg
+
+    def elaborate(self, platform: object) -> Module:
+        m = Module()
+        m.domains.sync = ClockDomain("sync")
+        m.d.comb += [ClockSignal("sync").eq(self.aclk), ResetSignal("sync").eq(~self.aresetn)]
+        m.submodules.accel = acc = Accelerator(self._cfg, status=True)
+        m.submodules.bridge = bridge = AxiDramBridge(self._p)
+        m.submodules.regs = regs = AxiLiteRegs(self._p.dram_addr_bits, axi_addr_bits(self._p))
+        wiring.connect(m, acc.dram, bridge.dram)
+        inner = {"m_axi_": bridge, "s_axi_": regs}
+        for name, member in self.signature.members.items():
+            if name[:6] in inner:
+                ours, theirs = getattr(self, name), getattr(inner[name[:6]], name)
+                m.d.comb += ours.eq(theirs) if member.flow == Out else theirs.eq(ours)
+        error = Signal()
+        with m.If(regs.start):
+            m.d.sync += error.eq(0)
+        with m.Elif(bridge.error):
+            m.d.sync += error.eq(1)
+        m.d.comb += [
+            acc.start.eq(regs.start),
+            bridge.base.eq(regs.dram_base),
+            acc.insn_addr.eq(regs.insn_addr),
+            acc.insn_count.eq(regs.insn_count),
+            regs.done.eq(acc.done),
+            regs.dram_error.eq(error),
+            self.interrupt.eq(regs.interrupt),
+        ]
+        # The counters (``regmap.COUNTERS`` order), cleared by a start.
+        names = [n for n, _ in regmap.COUNTERS]
+        counting = Signal()
+        with m.If(regs.start):
+            m.d.sync += counting.eq(1)
+        with m.Elif(acc.done):
+            m.d.sync += counting.eq(0)
+        counters = {n: Signal(64, name=f"count_{n.lower()}") for n in names if n != "CYCLES"}
+        m.d.comb += regs.counters[names.index("CYCLES")].eq(acc.cycles)
+        adds = {"DRAM_RD_BYTES": bridge.rd_bytes, "DRAM_WR_BYTES": bridge.wr_bytes}
+        for i, mod in enumerate(Accelerator.STATUS_MODULES):
+            adds[f"{mod.upper()}_ACTIVE"] = acc.active[i] & counting
+            adds[f"{mod.upper()}_STALL"] = acc.stalled[i] & counting
+        for n, sig in counters.items():
+            with m.If(regs.start):
+                m.d.sync += sig.eq(0)
+            with m.Else():
+                m.d.sync += sig.eq(sig + adds[n])
+            m.d.comb += regs.counters[names.index(n)].eq(sig)
+        return m
