@@ -130,7 +130,6 @@ class AxiLiteRegs(wiring.Component):
     """
 
     def __init__(self, addr_bits: int, base_bits: int) -> None:
-        self._addr_bits = addr_bits
         super().__init__({
             **s_axi_members(),
             "start": Out(1),
@@ -237,9 +236,6 @@ class AxiLiteRegs(wiring.Component):
         with m.If(self.done & ~done_q):
             m.d.sync += [busy.eq(0), stored["IRQ_STATUS"][irq.lsb].eq(1)]
         return m
-
-
-_Req = data.StructLayout
 
 
 class AxiDramBridge(wiring.Component):

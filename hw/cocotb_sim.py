@@ -14,8 +14,10 @@ import hashlib
 import importlib.util
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from unittest import mock
 
 from accel.machine.cache import work_dir
 from accel.machine.config import HwConfig
@@ -59,26 +61,6 @@ def _environment() -> dict[str, str]:
     return env
 
 
-class _Env:
-    """Set environment variables for a block, then restore them."""
-
-    def __init__(self, changes: Mapping[str, str]) -> None:
-        self.changes = dict(changes)
-        self.saved: dict[str, str | None] = {}
-
-    def __enter__(self) -> None:
-        for k, v in self.changes.items():
-            self.saved[k] = os.environ.get(k)
-            os.environ[k] = v
-
-    def __exit__(self, *exc: object) -> None:
-        for k, v in self.saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def build(cfg: HwConfig) -> Path:
     """Compile ``cfg``'s AXI-wrapped design for cocotb (cached); return the build folder."""
     from cocotb_tools.runner import get_runner
@@ -93,7 +75,7 @@ def build(cfg: HwConfig) -> Path:
     source = tmp / f"{AXI_TOP}.v"
     source.write_text(text)
     runner = get_runner("verilator")
-    with _Env(_environment()):
+    with mock.patch.dict(os.environ, _environment()):
         runner.build(sources=[source], hdl_toplevel=AXI_TOP, build_dir=tmp,
                      build_args=["-Wno-fatal", "-O2", "--x-assign", "fast",
                                  "--x-initial", "fast"],
@@ -114,15 +96,13 @@ def run_tests(cfg: HwConfig, module: str, test_dir: str | Path,
     from cocotb_tools.runner import get_runner
     folder = build(cfg)
     runner = get_runner("verilator")
-    extra = {"PYTHONPATH": os.pathsep.join([str(test_dir), *sys_path()]), **(env or {})}
-    with _Env(_environment()):
+    # The simulator's Python finds the bench and this interpreter's packages.
+    paths = [str(test_dir), *(p for p in sys.path if p)]
+    extra = {"PYTHONPATH": os.pathsep.join(paths), **(env or {})}
+    with mock.patch.dict(os.environ, _environment()):
         out = runner.test(hdl_toplevel=AXI_TOP, hdl_toplevel_lang="verilog",
                           test_module=module, build_dir=folder,
                           test_dir=test_dir, testcase=list(testcase) if testcase else None,
                           extra_env=extra, results_xml=str(results) if results else None)
     return get_results(out)
 
-
-def sys_path() -> list[str]:
-    import sys
-    return [p for p in sys.path if p]

@@ -159,8 +159,7 @@ class AxiChecker:
         self.w_count += 1
         last = p[2]
         # The burst these beats belong to: the oldest AW not yet filled, if it came.
-        pending = len(self.writes) - 0
-        expected = self.writes[0] if pending else None
+        expected = self.writes[0] if self.writes else None
         if expected is not None and not last and self.w_count >= expected:
             self._error(f"cycle {cycle}: W burst of {expected} beats without wlast on its last")
         if last:
