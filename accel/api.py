@@ -95,15 +95,16 @@ def conv2d(
     x: Any, w: Any, bias: Any = None, stride: int | tuple[int, int] = 1,
     padding: int | tuple[int, int] = 0, shift: int = 0, relu: bool = False,
     config: HwConfig | str | None = None, backend: str = "sim", knobs: Any = None,
-    tuning_log: Any = None,
+    tuning_log: Any = None, groups: int = 1,
 ) -> tuple[Any, Report]:
     """Run an int8 conv2d on the accelerator: compile (cached), lay out DRAM, run, unpack.
 
     Parameters
     ----------
-    x, w, bias, stride, padding, shift, relu
-        As :func:`runtime.kernels.conv2d` (NCHW int8, OIHW int8, int32 per channel): the
-        result is identical to it.
+    x, w, bias, stride, padding, shift, relu, groups
+        As :func:`runtime.kernels.conv2d` (NCHW int8, OIHW int8, int32 per channel; ``w``
+        ``(OC, C / groups, KH, KW)``): the result is identical to it. A grouped or depthwise
+        convolution runs as block groups (:class:`compiler.ops.conv2d.GroupedConv2dWorkload`).
     config
         The hardware (default: the packaged default).
     backend
@@ -130,18 +131,19 @@ def conv2d(
         ``tuning_log`` names no file, or cannot be read.
     """
     from compiler.ops.compiled import compile_conv2d, pack_conv2d_args
-    from compiler.ops.conv2d import Conv2dWorkload
+    from compiler.ops.conv2d import Conv2dWorkload, GroupedConv2dWorkload
     from runtime.kernels import check_conv2d_args
 
     x, w, bias, (sh, sw), (ph, pw), shift, relu = check_conv2d_args(
-        "conv2d", x, w, bias, stride, padding, shift, relu)
+        "conv2d", x, w, bias, stride, padding, shift, relu, groups=groups)
     cfg = load_config(config) if not isinstance(config, HwConfig) else config
-    wl = Conv2dWorkload(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
-                        w.shape[2], w.shape[3], sh, sw, ph, pw, bias is not None, shift, relu)
+    conv = Conv2dWorkload(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
+                          w.shape[2], w.shape[3], sh, sw, ph, pw, bias is not None, shift, relu)
+    wl = conv if groups == 1 else GroupedConv2dWorkload(conv, int(groups))
     op = compile_conv2d(wl, cfg, knobs, tuning_log=open_tuning_log(tuning_log))
     image = op.dram(**pack_conv2d_args(op, x, w, bias))
     result = run_program(op.program, image, config=cfg, backend=backend)
-    y = op.read_output(image, (wl.batch, wl.out_channels, wl.out_height, wl.out_width))
+    y = op.read_output(image, (conv.batch, conv.out_channels, conv.out_height, conv.out_width))
     return y, _report(result, op, wl.macs, cfg)
 
 

@@ -333,8 +333,7 @@ def _run_checked(args: argparse.Namespace, cfg: Any, out_dir: Path | None, dump:
         print(vcd_summary(dump, layer.cycles, f"layer {dumped}"))
     unfit, unsupported = _cpu_layers(exe, report)
     for names, why in ((unfit, f"do not fit the buffers of {cfg.name}"),
-                       (unsupported, "are not accelerator operators (grouped or depthwise "
-                                     "convolutions)")):
+                       (unsupported, "are not accelerator operators in this form")):
         if names:
             print(f"note: {len(names)} layer(s) {why} and ran on the {args.fallback} fallback: "
                   f"{', '.join(names[:6])}" + (" ..." if len(names) > 6 else ""))
@@ -396,7 +395,7 @@ def _write_run_files(report: Any, out_dir: Path, backend: str, trace: bool = Tru
 def _cpu_layers(exe: Any, report: Any) -> tuple[list[str], list[str]]:
     """The layers of an accelerator operator that ran on the fallback: those that do not fit
     the buffers, and those whose workload the accelerator cannot form (a grouped
-    convolution)."""
+    convolution with a fused residual add)."""
     from compiler.errors import LoweringError
     from compiler.ops.registry import accel_op
 

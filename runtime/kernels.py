@@ -871,7 +871,7 @@ def _check_add(
 # --------------------------------------------------------------------------- argument checks
 def check_conv2d_args(
     op: str, x: object, w: object, bias: object, stride: object, padding: object,
-    shift: object, relu: object, xp: ModuleType = np,
+    shift: object, relu: object, xp: ModuleType = np, groups: object = 1,
 ) -> tuple[NDArray[np.int8], NDArray[np.int8], NDArray[np.int32] | None, tuple[int, int],
            tuple[int, int], int, bool]:
     """Validate conv2d arguments exactly as `conv2d` does (same messages, prefixed ``op``).
@@ -879,7 +879,7 @@ def check_conv2d_args(
     Returns x, w, bias, (sh, sw), (ph, pw), shift, relu. Backends call this so that every
     entry point rejects bad input with one wording.
     """
-    x, w, stride_hw, padding_hw, _ = _check_conv(op, x, w, stride, padding, xp)
+    x, w, stride_hw, padding_hw, _ = _check_conv(op, x, w, stride, padding, xp, groups)
     return (x, w, check_bias(op, bias, w.shape[0], xp), stride_hw, padding_hw,
             check_shift(op, shift), check_flag(op, "relu", relu))
 

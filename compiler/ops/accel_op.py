@@ -140,7 +140,7 @@ class AccelOp:
 
     op: str
     kind: str
-    workload_type: type
+    workload_type: type | tuple[type, ...]
     knobs_type: type
     workload: Callable[[Node, Graph], Any]
     supports: Callable[[Any, HwConfig], bool]

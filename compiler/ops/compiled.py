@@ -16,7 +16,14 @@ from accel.machine.config import HwConfig
 from accel.machine.dram import Dram, pack_activation, pack_weight, unpack_activation
 from accel.machine.program import Program
 from compiler.errors import LoweringError
-from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
+from compiler.ops.conv2d import (
+    Conv2dKnobs,
+    Conv2dWorkload,
+    GroupedConv2dWorkload,
+    conv2d_schedule,
+    pack_grouped_kernel,
+    per_group,
+)
 from compiler.ops.heuristic import default_conv2d_knobs
 from compiler.ops.matmul import (
     MatmulKnobs,
@@ -63,6 +70,8 @@ class CompiledOp:
         blocked = image.read("out", "int8", region.shape)
         if blocked.ndim == 4:  # matmul (M/b, N/o, b, o): one-pixel images
             blocked = blocked[:, :, None, None]
+        elif blocked.ndim == 7:  # grouped conv2d (N/b, G, O/o, ...): the groups' blocks
+            blocked = blocked.reshape(blocked.shape[0], -1, *blocked.shape[3:])
         return unpack_activation(blocked, shape)
 
 
@@ -111,7 +120,8 @@ def compile_cached(wl: Any, knobs: Any,
     return _CACHE[key]
 
 
-def conv2d_program(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs) -> Program:
+def conv2d_program(wl: Conv2dWorkload | GroupedConv2dWorkload, cfg: HwConfig,
+                   knobs: Conv2dKnobs) -> Program:
     """Build ``wl`` for ``cfg`` with ``knobs``, uncached (the tuner builds thousands of
     settings once each; keeping them would only fill memory and the disk cache).
 
@@ -151,16 +161,16 @@ def logged_knobs(tuning_log: Any, wl: Conv2dWorkload | MatmulWorkload, cfg: HwCo
                             f"are not {cls.__name__} fields") from None
 
 
-def compile_conv2d(wl: Conv2dWorkload, cfg: HwConfig, knobs: Conv2dKnobs | None = None,
-                   tuning_log: Any = None) -> CompiledOp:
+def compile_conv2d(wl: Conv2dWorkload | GroupedConv2dWorkload, cfg: HwConfig,
+                   knobs: Conv2dKnobs | None = None, tuning_log: Any = None) -> CompiledOp:
     """Compile ``wl`` for ``cfg``, cached.
 
     Knobs: ``knobs`` when given; else the fastest logged for (``cfg.name``,
     ``wl.signature()``) in ``tuning_log`` (a :class:`compiler.ops.tuning_log.TuningLog` or a
-    path) when it has one; else the heuristic's.
+    path) when it has one; else the heuristic's (a grouped ``wl``'s: one block group's).
     """
     chosen = knobs or (logged_knobs(tuning_log, wl, cfg, Conv2dKnobs) if tuning_log is not None
-                       else None) or default_conv2d_knobs(wl, cfg)
+                       else None) or default_conv2d_knobs(per_group(wl, cfg)[0], cfg)
     return compile_cached(wl, chosen, cfg, lambda: conv2d_program(wl, cfg, chosen))
 
 
@@ -175,8 +185,10 @@ def compile_matmul(wl: MatmulWorkload, cfg: HwConfig, knobs: MatmulKnobs | None 
 def pack_conv2d_args(op: CompiledOp, x: np.ndarray, w: np.ndarray,
                      bias: np.ndarray | None) -> dict[str, np.ndarray]:
     cfg = op.config
-    args = {"data": pack_activation(x, cfg.batch, cfg.block_in),
-            "kernel": pack_weight(w, cfg.block_out, cfg.block_in)}
+    kernel = pack_grouped_kernel(w, op.workload, cfg) \
+        if isinstance(op.workload, GroupedConv2dWorkload) \
+        else pack_weight(w, cfg.block_out, cfg.block_in)
+    args = {"data": pack_activation(x, cfg.batch, cfg.block_in), "kernel": kernel}
     if bias is not None:
         args["bias"] = op.bias_tiles(bias, w.shape[0])
     return args

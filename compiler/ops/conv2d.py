@@ -11,12 +11,13 @@ scope, then the cast to int8 that a STORE of the out buffer performs.
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from accel.machine.config import HwConfig
+from accel.machine.dram import pack_weight
 from accel.machine.isa import MemInsn, MemType
 from compiler.errors import LoweringError
 from compiler.intrin import gemm_intrinsic
@@ -25,8 +26,9 @@ from compiler.passes.alu import BiasInit, bias_init_cycles
 from compiler.schedule import Pragma, Schedule, Stage, create_schedule
 from compiler.te import IterVar, Tensor, compute, if_then_else, placeholder, reduce_axis, sum
 
-__all__ = ["TILE_ORDERS", "Conv2dKnobs", "Conv2dWorkload", "check_conv2d_knobs",
-           "conv2d_accumulate", "conv2d_compute", "conv2d_schedule", "schedule_conv2d_tiles"]
+__all__ = ["TILE_ORDERS", "Conv2dKnobs", "Conv2dWorkload", "GroupedConv2dWorkload",
+           "check_conv2d_knobs", "conv2d_accumulate", "conv2d_compute", "conv2d_schedule",
+           "pack_grouped_kernel", "per_group", "schedule_conv2d_tiles"]
 
 TILE_ORDERS: tuple[str, ...] = ("rows", "columns")
 """Values of the ``tile_order`` knob, by index: which of the output-tile loops over rows
@@ -121,6 +123,86 @@ class Conv2dWorkload:
 
 
 @dataclass(frozen=True)
+class GroupedConv2dWorkload:
+    """A grouped (or depthwise) conv2d: ``conv`` over all channels, each of ``groups`` groups
+    of output channels summing over its own ``in_channels / groups`` input channels.
+
+    On the accelerator the groups are gathered into *block groups* (:meth:`layout`): ``k``
+    consecutive groups whose input and output channels fill whole blocks, so that each block
+    group is an ordinary convolution of ``cibg`` input and ``cobg`` output channel blocks
+    whose weight is block-diagonal (zero between the ``k`` groups). A depthwise convolution
+    on a 1x8x8 core has ``k = 8``: one input and one output block per block group, a weight
+    tile that is an 8x8 diagonal, and so 1 of the GEMM's 8 products per output useful (the
+    measured choice, docs/notes/depthwise.md). Where no ``k`` dividing ``groups`` fills whole
+    blocks, one block group holds them all (the whole block-diagonal weight).
+    """
+
+    conv: Conv2dWorkload
+    groups: int
+
+    def __post_init__(self) -> None:
+        c = self.conv
+        if self.groups < 2 or c.in_channels % self.groups or c.out_channels % self.groups:
+            raise LoweringError(f"conv2d: {self.groups} groups must be >= 2 and divide the "
+                                f"{c.in_channels} input and {c.out_channels} output channels")
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates: each output sums its group's ``C / groups`` channels."""
+        return self.conv.macs // self.groups
+
+    @property
+    def dram_bytes(self) -> int:
+        """Compulsory DRAM bytes: the convolution's, with the weights of ``C / groups``
+        channels per output channel."""
+        c = self.conv
+        weights = c.out_channels * c.in_channels * c.kernel_h * c.kernel_w
+        return c.dram_bytes - weights + weights // self.groups
+
+    def layout(self, cfg: HwConfig) -> tuple[int, int, int, int]:
+        """``(k, block groups, cibg, cobg)`` on ``cfg``: groups per block group, their count,
+        and the input and output channel blocks of one."""
+        c = self.conv
+        cin, cout = c.in_channels // self.groups, c.out_channels // self.groups
+        k = next((k for k in range(1, self.groups + 1) if self.groups % k == 0
+                  and k * cin % cfg.block_in == 0 and k * cout % cfg.block_out == 0),
+                 self.groups)
+        return (k, self.groups // k, _ceil_div(k * cin, cfg.block_in),
+                _ceil_div(k * cout, cfg.block_out))
+
+    def block_group(self, cfg: HwConfig) -> Conv2dWorkload:
+        """One block group as a convolution (its channels padded to whole blocks)."""
+        _, _, cibg, cobg = self.layout(cfg)
+        return replace(self.conv, in_channels=cibg * cfg.block_in,
+                       out_channels=cobg * cfg.block_out)
+
+    def signature(self) -> str:
+        return f"{self.conv.signature()}_g{self.groups}"
+
+
+def per_group(wl: Conv2dWorkload | GroupedConv2dWorkload,
+              cfg: HwConfig) -> tuple[Conv2dWorkload, int]:
+    """``(the convolution one block group runs, the number of block groups)``; ``(wl, 0)``
+    for an ungrouped ``wl`` (no group axis)."""
+    if isinstance(wl, GroupedConv2dWorkload):
+        return wl.block_group(cfg), wl.layout(cfg)[1]
+    return wl, 0
+
+
+def pack_grouped_kernel(w: np.ndarray, wl: GroupedConv2dWorkload, cfg: HwConfig) -> np.ndarray:
+    """A grouped weight ``(O, C / groups, KH, KW)`` as the block groups' block-diagonal
+    weights, blocked: ``(G, cobg, cibg, KH, KW, block_out, block_in)`` flattened over ``G``
+    and ``cobg`` (the same bytes)."""
+    k, blocks, _, _ = wl.layout(cfg)
+    o, cin, kh, kw = w.shape
+    cout = o // wl.groups
+    diag = np.eye(k, dtype=w.dtype)[None, :, None, :, None, None, None]
+    dense = (w.reshape(blocks, k, cout, 1, cin, kh, kw) * diag)  # (G, k, cout, k, cin, ...)
+    return pack_weight(dense.reshape(blocks * k * cout, k * cin, kh, kw), cfg.block_out,
+                       cfg.block_in)
+
+
+@dataclass(frozen=True)
 class Conv2dKnobs:
     """Schedule knobs, VTA's names. Tiles count blocks (b, co, ci) or output pixels (h, w).
 
@@ -145,52 +227,66 @@ class Conv2dKnobs:
         return self.oc_nthread * self.h_nthread
 
 
-def conv2d_compute(wl: Conv2dWorkload, cfg: HwConfig) -> dict[str, Tensor]:
-    """The tensor expressions of ``wl`` on ``cfg``'s blocked layouts, by name."""
-    tensors = conv2d_accumulate(wl, cfg)
+def conv2d_compute(wl: Conv2dWorkload, cfg: HwConfig, groups: int = 0) -> dict[str, Tensor]:
+    """The tensor expressions of ``wl`` on ``cfg``'s blocked layouts, by name; with
+    ``groups``, of that many block groups of ``wl`` each (see :func:`conv2d_accumulate`)."""
+    tensors = conv2d_accumulate(wl, cfg, groups)
     tensors.update(requantize_stages(tensors["conv"], tensors.get("bias"), wl.shift, wl.relu,
-                                     channel_axis=1))
+                                     channel_axis=(1, 2) if groups else 1))
     return tensors
 
 
-def conv2d_accumulate(wl: Conv2dWorkload, cfg: HwConfig) -> dict[str, Tensor]:
+def conv2d_accumulate(wl: Conv2dWorkload, cfg: HwConfig, groups: int = 0
+                      ) -> dict[str, Tensor]:
     """The inputs (``data``, ``kernel``, ``bias`` where there is one) and the int32 sum
-    ``conv`` of ``wl``, before requantisation, by name."""
+    ``conv`` of ``wl``, before requantisation, by name.
+
+    With ``groups`` (a :class:`GroupedConv2dWorkload`'s block groups, ``wl`` one of them), a
+    group axis follows the batch blocks: data ``(N/b, G, C/i, H, W, b, i)``, kernel
+    ``(G, O/o, C/i, KH, KW, o, i)``, bias ``(G, O/o, b, o)``, conv ``(N/b, G, O/o, OH, OW, b,
+    o)``, the same bytes as the ungrouped layouts of ``G`` times the channels; each group's
+    outputs sum over its own input blocks only.
+    """
     nb, cib, cob = wl.blocks(cfg)
     b, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     h, w, ph, pw = wl.height, wl.width, wl.pad_h, wl.pad_w
-    data = placeholder((nb, cib, h, w, b, bi), "int8", "data")
-    kernel = placeholder((cob, cib, wl.kernel_h, wl.kernel_w, bo, bi), "int8", "kernel")
+    g = (groups,) if groups else ()
+    names = ["n", *(("g",) if groups else ()), "c", "y", "x", "bb", "i"]
+    data = placeholder((nb, *g, cib, h, w, b, bi), "int8", "data")
+    kernel = placeholder((*g, cob, cib, wl.kernel_h, wl.kernel_w, bo, bi), "int8", "kernel")
     pad = compute(
-        (nb, cib, h + 2 * ph, w + 2 * pw, b, bi),
-        lambda n, c, y, x, bb, i: if_then_else(
-            (y >= ph) & (y < h + ph) & (x >= pw) & (x < w + pw),
-            data[n, c, y - ph, x - pw, bb, i], 0),
-        "pad", dtype="int8",
+        (nb, *g, cib, h + 2 * ph, w + 2 * pw, b, bi),
+        lambda *i: if_then_else(
+            (i[-4] >= ph) & (i[-4] < h + ph) & (i[-3] >= pw) & (i[-3] < w + pw),
+            data[(*i[:-4], i[-4] - ph, i[-3] - pw, i[-2], i[-1])], 0),
+        "pad", dtype="int8", axis_names=names,
     )
     ic = reduce_axis(cib, "ic")
     kh = reduce_axis(wl.kernel_h, "kh")
     kw = reduce_axis(wl.kernel_w, "kw")
     ici = reduce_axis(bi, "ici")
     sh, sw = wl.stride_h, wl.stride_w
-    conv = compute(
-        (nb, cob, wl.out_height, wl.out_width, b, bo),
-        lambda n, o, y, x, bb, co: sum(
-            pad[n, ic, y * sh + kh, x * sw + kw, bb, ici].astype("int32")
-            * kernel[o, ic, kh, kw, co, ici].astype("int32"),
-            axis=[ic, kh, kw, ici]),
-        "conv",
-    )
+
+    def body(*i: Any) -> Any:
+        n, grp, (o, y, x, bb, co) = i[0], i[1:-5], i[-5:]
+        return sum(pad[(n, *grp, ic, y * sh + kh, x * sw + kw, bb, ici)].astype("int32")
+                   * kernel[(*grp, o, ic, kh, kw, co, ici)].astype("int32"),
+                   axis=[ic, kh, kw, ici])
+
+    conv = compute((nb, *g, cob, wl.out_height, wl.out_width, b, bo), body, "conv",
+                   axis_names=["n", *(("g",) if groups else ()), "o", "y", "x", "bb", "co"])
     tensors = {"data": data, "kernel": kernel, "pad": pad, "conv": conv}
     if wl.bias:
-        tensors["bias"] = placeholder((cob, b, bo), "int32", "bias")
+        tensors["bias"] = placeholder((*g, cob, b, bo), "int32", "bias")
     return tensors
 
 
-def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Schedule:
+def conv2d_schedule(wl: Conv2dWorkload | GroupedConv2dWorkload, knobs: Conv2dKnobs,
+                    cfg: HwConfig) -> Schedule:
     """VTA's conv2d schedule: tile the output, cache inputs into inp/wgt, accumulate in acc,
     tensorize with GEMM, requantise with the ALU, virtual threads over output channel blocks
-    and rows.
+    and rows. A grouped ``wl`` runs its block groups one after another (a loop after the
+    batch tiles), the knobs tiling one block group's convolution.
 
     The output-tile loops run batch, output-channel, then rows and columns in the order
     ``knobs.tile_order`` names (:data:`TILE_ORDERS`)::
@@ -208,15 +304,16 @@ def conv2d_schedule(wl: Conv2dWorkload, knobs: Conv2dKnobs, cfg: HwConfig) -> Sc
     LoweringError
         Knobs that do not divide the layer's dimensions, or an unknown tile order.
     """
+    wl, groups = per_group(wl, cfg)
     check_conv2d_knobs(wl, knobs, cfg)
-    s = create_schedule(conv2d_compute(wl, cfg)["out"])
+    s = create_schedule(conv2d_compute(wl, cfg, groups)["out"])
     so, attach = schedule_conv2d_tiles(s, wl, knobs, cfg)
     # The bias depends on the output channels only: kept resident over the row and column
     # tiles of an output-channel chunk (loaded at ``o.outer.outer``, both virtual threads'
     # share), unless ``load_bias`` will LOAD it into every tile's accumulators instead.
     resident = wl.bias and not bias_loaded_per_tile(wl, knobs, cfg)
     schedule_requant(s, so, attach, bias_name="bias" if wl.bias else None,
-                     bias_attach=so.leaf_iter_vars[1] if resident else None)
+                     bias_attach=so.leaf_iter_vars[2 if groups else 1] if resident else None)
     return s
 
 
@@ -264,7 +361,8 @@ def schedule_conv2d_tiles(s: Schedule, wl: Conv2dWorkload, knobs: Conv2dKnobs,
     padded data and the kernel into inp and wgt, accumulate ``conv`` in acc with GEMM.
 
     Returns the output stage and the loop (the virtual-thread one) at which every acc stage
-    of an output tile is computed.
+    of an output tile is computed. The tensors of a grouped convolution (a group axis after
+    the batch, :func:`conv2d_accumulate`) get a loop over the groups after the batch tiles.
     """
     out, conv = s.tensor("out"), s.tensor("conv")
     s[s.tensor("pad")].compute_inline()
@@ -273,15 +371,16 @@ def schedule_conv2d_tiles(s: Schedule, wl: Conv2dWorkload, knobs: Conv2dKnobs,
     s[conv].set_scope("acc")
 
     so = s[out]
-    n, o, y, x, _, _ = so.op.axis
+    n, *group, o, y, x, _, _ = so.op.axis
     n_o, n_i = so.split(n, knobs.tile_b)
+    g_o, g_i = zip(*(so.split(a, 1) for a in group), strict=True) if group else ((), ())
     o_o, o_i = so.split(o, knobs.tile_co)
     y_o, y_i = so.split(y, knobs.tile_h)
     x_o, x_i = so.split(x, knobs.tile_w)
     o_oo, o_v = so.split(o_o, knobs.oc_nthread)
     y_oo, y_v = so.split(y_o, knobs.h_nthread)
     rows_cols = (y_oo, x_o) if knobs.tile_order == 0 else (x_o, y_oo)
-    so.reorder(n_o, o_oo, *rows_cols, o_v, y_v, n_i, o_i, y_i, x_i)
+    so.reorder(n_o, *g_o, o_oo, *rows_cols, o_v, y_v, n_i, *g_i, o_i, y_i, x_i)
     if knobs.oc_nthread > 1:
         so.vthread(o_v)
     if knobs.h_nthread > 1:
@@ -291,10 +390,10 @@ def schedule_conv2d_tiles(s: Schedule, wl: Conv2dWorkload, knobs: Conv2dKnobs,
 
     sc = s[conv]
     sc.compute_at(so, attach)
-    cn, co_, cy, cx, cb, cco = sc.op.axis
+    cn, *cg, co_, cy, cx, cb, cco = sc.op.axis
     ic, kh, kw, ici = sc.op.reduce_axis
     ic_o, ic_i = sc.split(ic, knobs.tile_ci)
-    sc.reorder(ic_o, ic_i, kh, kw, cn, co_, cy, cx, cb, cco, ici)
+    sc.reorder(ic_o, ic_i, kh, kw, cn, *cg, co_, cy, cx, cb, cco, ici)
     sc.tensorize(cb, gemm_intrinsic(cfg))
     for cache in (cdata, ckernel):
         st = s[cache]

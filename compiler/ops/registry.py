@@ -12,6 +12,7 @@ module joins with one line in :data:`_BUILTIN`, or at run time with
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,14 @@ from compiler.graph.ir import Graph, Node
 from compiler.ops.accel_op import AccelOp, Block, Operand, roofline_bound
 from compiler.ops.batch_matmul import BATCH_MATMUL
 from compiler.ops.compiled import bias_tiles
-from compiler.ops.conv2d import Conv2dKnobs, Conv2dWorkload, conv2d_schedule
+from compiler.ops.conv2d import (
+    Conv2dKnobs,
+    Conv2dWorkload,
+    GroupedConv2dWorkload,
+    conv2d_schedule,
+    pack_grouped_kernel,
+    per_group,
+)
 from compiler.ops.eltwise import (
     AddKnobs,
     AddWorkload,
@@ -81,42 +89,59 @@ def _with_bias(arrays: dict[str, np.ndarray], node: Node, graph: Graph, channels
 
 
 # ---------------------------------------------------------------------- conv2d
-def _conv2d_workload(node: Node, graph: Graph) -> Conv2dWorkload:
-    groups = int(node.attrs.get("groups", 1))
-    if groups != 1:  # not an accelerator operator yet: the CPU fallback runs it
-        raise LoweringError(f"{node.name} ({node.op}): a grouped convolution ({groups} "
-                            "groups) runs on the CPU fallback")
+def _conv2d_workload(node: Node, graph: Graph) -> Conv2dWorkload | GroupedConv2dWorkload:
+    """The node's convolution; a :class:`GroupedConv2dWorkload` where it has ``groups``."""
     x = _input(node, graph, 0, (4,))
     w = graph.params[node.attrs["weight"]]
     (sh, sw), (ph, pw) = _pair(node.attrs.get("stride", 1)), _pair(node.attrs.get("padding", 0))
     shift, relu = _requant(node)
-    return Conv2dWorkload(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
+    conv = Conv2dWorkload(x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0],
                           w.shape[2], w.shape[3], sh, sw, ph, pw,
                           node.attrs.get("bias") is not None, shift, relu)
+    groups = int(node.attrs.get("groups", 1))
+    return conv if groups == 1 else GroupedConv2dWorkload(conv, groups)
 
 
-def _conv2d_constants(wl: Conv2dWorkload, node: Node, graph: Graph,
+def _conv2d_constants(wl: Conv2dWorkload | GroupedConv2dWorkload, node: Node, graph: Graph,
                       cfg: HwConfig) -> dict[str, np.ndarray]:
     w = graph.params[node.attrs["weight"]]
-    return _with_bias({"kernel": pack_weight(w, cfg.block_out, cfg.block_in)}, node, graph,
-                      w.shape[0], cfg)
+    kernel = pack_grouped_kernel(w, wl, cfg) if isinstance(wl, GroupedConv2dWorkload) \
+        else pack_weight(w, cfg.block_out, cfg.block_in)
+    return _with_bias({"kernel": kernel}, node, graph, w.shape[0], cfg)
+
+
+def _as_modelled(wl: Conv2dWorkload | GroupedConv2dWorkload, cfg: HwConfig) -> Conv2dWorkload:
+    """The convolution whose program the heuristic's cycle model prices like ``wl``'s: for a
+    grouped ``wl``, one block group's with the output channels of all of them. Its loops are
+    the grouped program's (the group loop and the output-channel chunks inside it make as many
+    chunks, each loading one block group's input and weights), with the fill and drain paid
+    once, as the grouped program pays them, rather than once per block group."""
+    conv, groups = per_group(wl, cfg)
+    return replace(conv, out_channels=groups * conv.out_channels) if groups else conv
 
 
 CONV2D = AccelOp(
-    op="conv2d", kind="conv2d", workload_type=Conv2dWorkload, knobs_type=Conv2dKnobs,
-    workload=_conv2d_workload,
+    op="conv2d", kind="conv2d", workload_type=(Conv2dWorkload, GroupedConv2dWorkload),
+    knobs_type=Conv2dKnobs, workload=_conv2d_workload,
     # The all-ones tiling fits whenever any tiling does (buffer use only grows with tiles).
-    supports=lambda wl, cfg: fits(wl, Conv2dKnobs(), cfg),
-    schedule=conv2d_schedule, default_knobs=default_conv2d_knobs, space=conv2d_space,
+    # A grouped convolution's knobs, fit and space are one block group's.
+    supports=lambda wl, cfg: fits(per_group(wl, cfg)[0], Conv2dKnobs(), cfg),
+    schedule=conv2d_schedule,
+    default_knobs=lambda wl, cfg: default_conv2d_knobs(per_group(wl, cfg)[0], cfg),
+    space=lambda wl, cfg: conv2d_space(per_group(wl, cfg)[0], cfg),
     inputs=(Operand("data", Block.IN),), constants=_conv2d_constants,
     macs=lambda wl: wl.macs, dram_bytes=lambda wl: wl.dram_bytes,
-    estimate=estimate_conv2d_cycles,
+    estimate=lambda wl, k, cfg: estimate_conv2d_cycles(_as_modelled(wl, cfg), k, cfg),
 )
 
 
 # ---------------------------------------------------------------------- conv2d + residual add
 def _conv2d_add_workload(node: Node, graph: Graph) -> Conv2dAddWorkload:
-    return Conv2dAddWorkload(_conv2d_workload(node, graph), int(node.attrs.get("add_shift", 0)),
+    conv = _conv2d_workload(node, graph)
+    if isinstance(conv, GroupedConv2dWorkload):  # the fused epilogue is an ungrouped conv's
+        raise LoweringError(f"{node.name} ({node.op}): a grouped convolution with a fused "
+                            "residual add runs on the CPU fallback")
+    return Conv2dAddWorkload(conv, int(node.attrs.get("add_shift", 0)),
                              bool(node.attrs.get("add_relu", False)))
 
 

@@ -24,10 +24,12 @@ ALU_STAGES = ("bias_add", "shr", "clip_hi", "clip_lo")
 
 
 def requantize_stages(acc: Tensor, bias: Tensor | None, shift: int, relu: bool,
-                      channel_axis: int, prefix: str = "") -> dict[str, Tensor]:
+                      channel_axis: int | tuple[int, ...], prefix: str = ""
+                      ) -> dict[str, Tensor]:
     """The stages after ``acc`` (a ``(..., b, o)`` int32 tensor), ending in ``out`` (int8).
 
-    ``bias`` is ``(O/o, b, o)``, indexed by ``acc``'s ``channel_axis`` and its tile axes.
+    ``bias`` is ``(O/o, b, o)``, indexed by ``acc``'s ``channel_axis`` and its tile axes; with
+    a tuple of axes (a grouped convolution's group and channel block), ``(G, O/o, b, o)``.
     ``prefix`` goes before every stage's name (and key), for an operator that runs two chains
     (:mod:`compiler.ops.residual`).
     """
@@ -42,7 +44,9 @@ def requantize_stages(acc: Tensor, bias: Tensor | None, shift: int, relu: bool,
 
     if bias is not None:
         prev = t
-        t = stage("bias_add", lambda *i: prev[i] + bias[i[channel_axis], i[-2], i[-1]])
+        axes = channel_axis if isinstance(channel_axis, tuple) else (channel_axis,)
+        t = stage("bias_add",
+                  lambda *i: prev[i] + bias[(*(i[a] for a in axes), i[-2], i[-1])])
     if shift:
         prev_s = t
         t = stage("shr", lambda *i: prev_s[i] >> shift)

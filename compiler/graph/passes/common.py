@@ -59,15 +59,15 @@ def needs_quantization(graph: Graph) -> bool:
 
 def node_macs(node: Node, graph: Graph) -> int:
     """Multiply-accumulates of a node, as its accelerator operator's registry entry counts them
-    (ROOFLINE.md: before channel padding); a grouped convolution's, which has no accelerator
-    workload, from its shapes; 0 for operators the accelerator has no entry for and for nodes
-    whose workload cannot be formed."""
+    (ROOFLINE.md: before channel padding); a grouped convolution with a fused add's, which has
+    no accelerator workload, from its shapes; 0 for operators the accelerator has no entry for
+    and for nodes whose workload cannot be formed."""
     from compiler.errors import LoweringError
     from compiler.ops.registry import accel_op
 
-    if node.op in ("conv2d", "conv2d_add") and int(node.attrs.get("groups", 1)) != 1:
-        # A grouped convolution, which the accelerator does not run: counted all the same,
-        # each output element summing its group's C / groups * KH * KW products.
+    if node.op == "conv2d_add" and int(node.attrs.get("groups", 1)) != 1:
+        # A grouped convolution with a fused add, which the accelerator does not run:
+        # counted all the same, each output summing its group's C / groups * KH * KW products.
         w = graph.params[node.attrs["weight"]]
         return int(np.prod(graph.values[node.outputs[0]].shape)) * int(np.prod(w.shape[1:]))
     entry = accel_op(node.op)

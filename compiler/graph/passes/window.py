@@ -180,7 +180,7 @@ def fold_conv_windows(graph: Graph, cfg: HwConfig, choose: Choose = choose_fold)
             nodes.append(n)
             continue
         wl = CONV2D.workload(n, g)
-        fold = choose(wl, cfg)
+        fold = choose(wl, cfg) if isinstance(wl, Conv2dWorkload) else None  # not grouped
         if fold is None:
             nodes.append(n)
             continue
