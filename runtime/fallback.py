@@ -107,7 +107,7 @@ _FALLBACK: dict[str, FallbackFn] = {
         xs[0], _param(g, node, "scale"), _param(g, node, "bias"),
         float(node.attrs.get("epsilon", 1e-5))),
     "gelu": lambda k, node, g, xs: k.gelu(xs[0], str(node.attrs.get("form", "erf"))),
-    **dict.fromkeys(("sub", "mul", "div", "pow", "sqrt", "erf", "tanh"),
+    **dict.fromkeys(("sub", "mul", "div", "pow", "sqrt", "erf", "tanh", "sigmoid"),
                     lambda k, node, g, xs: k.elementwise(node.op, *xs)),
     "where": lambda k, node, g, xs: k.where(_param(g, node, "condition"), xs[0], xs[1]),
     **dict.fromkeys(("reduce_mean", "reduce_sum", "reduce_max"),

@@ -131,10 +131,11 @@ def test_sizes_a_zoo_model_does_not_read_are_refused(capsys: pytest.CaptureFixtu
         assert main(["run", model, "--image-size", "64"]) == 2
         assert one_line(capsys) == (
             "--image-size applies to the CNNs only (resnet18, resnet34, resnet50, "
-            f"mobilenet_v2); {model} has a fixed input (BERT reads --seq-len, ViT-tiny is "
-            "224x224)")
+            f"mobilenet_v2, efficientnet_b0); {model} has a fixed input (BERT reads "
+            "--seq-len, ViT-tiny is 224x224)")
     with pytest.raises(GraphError, match=r"^bert_tiny: image_size applies to resnet18, "
-                                         r"resnet34, resnet50, mobilenet_v2 only, not to "
+                                         r"resnet34, resnet50, mobilenet_v2, efficientnet_b0 "
+                                         r"only, not to "
                                          r"bert_tiny$"):
         accel.load_model("bert_tiny", image_size=64)
     with pytest.raises(GraphError, match=r"^resnet18: seq_len applies to bert_tiny, "

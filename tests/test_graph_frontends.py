@@ -113,8 +113,8 @@ def test_zoo_activations_at_224(depth: int) -> None:
 
 def test_zoo_errors() -> None:
     with pytest.raises(GraphError, match=r"^unknown model 'resnet19'; expected one of "
-                       r"resnet18, resnet34, resnet50, mobilenet_v2, bert_tiny, bert_base, "
-                       r"vit_tiny$"):
+                       r"resnet18, resnet34, resnet50, mobilenet_v2, efficientnet_b0, bert_tiny, "
+                       r"bert_base, vit_tiny$"):
         load_zoo("resnet19")
     with pytest.raises(GraphError, match="unsupported ResNet depth 101"):
         resnet(101)

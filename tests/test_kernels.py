@@ -1055,6 +1055,7 @@ def test_transformer_kernels_match_numpy(device: ModuleType) -> None:
     for name, args in (("softmax", (x, -1)), ("layer_norm", (x, gamma, beta, 1e-12)),
                        ("gelu", (x, "erf")), ("gelu", (x, "tanh")),
                        ("elementwise", ("div", x, gamma + 9)), ("elementwise", ("erf", x)),
+                       ("elementwise", ("sigmoid", x * 30)),
                        ("reduce", ("reduce_mean", x, (2,), True)),
                        ("where", (gamma > 0, x, beta))):
         want = getattr(kernels, name)(*args)

@@ -89,7 +89,8 @@ def test_float_kernels_against_plain_numpy(shape: list[int], seed: int) -> None:
     # unary functions and pow, value by value with math
     pos = np.abs(flat) + 0.5
     for op, fn, arg in (("sqrt", math.sqrt, pos), ("erf", math.erf, flat),
-                        ("tanh", math.tanh, flat)):
+                        ("tanh", math.tanh, flat),
+                        ("sigmoid", lambda v: 1 / (1 + math.exp(-v)), flat)):
         _close(kernels.elementwise(op, arg.astype(np.float32).reshape(shape)),
                np.asarray([fn(v) for v in arg], np.float32).reshape(shape))
     _close(kernels.elementwise("pow", pos.astype(np.float32).reshape(shape), np.float32(3)),

@@ -32,7 +32,7 @@ concat              axis (one or more inputs)
 dense takes inputs of any rank >= 2 (every axis but the last are rows). Float operators that
 stay float on the fallback (see :mod:`compiler.graph.nn`): softmax (axis), layer_norm (scale,
 bias params, epsilon), gelu (form ``erf`` / ``tanh``), sub / mul / div / pow / sqrt / erf /
-tanh and a float add (broadcasting), where (condition param), reduce_mean / reduce_sum /
+tanh / sigmoid and a float add (broadcasting), where (condition param), reduce_mean / reduce_sum /
 reduce_max (axes, keepdims).
 
 Float operators come from front ends (ONNX) and are removed by quantisation: conv2d, dense and

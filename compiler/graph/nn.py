@@ -10,10 +10,11 @@ the three agree by construction where the arithmetic is the same:
 - the float operators compute in float64 and return float32: ``softmax`` (max-subtracted),
   ``layer_norm`` (mean and biased variance over the last axis), ``gelu`` (the erf form, or the
   tanh approximation), elementwise ``sub`` / ``mul`` / ``div`` / ``pow`` / ``sqrt`` / ``erf`` /
-  ``tanh`` with numpy broadcasting, ``where`` and the reductions. numpy and CuPy round their
-  float64 ``exp``, ``tanh``, ``erf`` and ``sqrt`` differently in the last bits at most, so after
-  the cast to float32 the two agree within one float32 ulp. Results below float32's smallest
-  normal become a zero of their sign on both (the GPU's conversion flushes subnormals).
+  ``tanh`` / ``sigmoid`` with numpy broadcasting, ``where`` and the reductions. numpy and CuPy
+  round their float64 ``exp``, ``tanh``, ``erf`` and ``sqrt`` differently in the last bits at
+  most, so after the cast to float32 the two agree within one float32 ulp. Results below
+  float32's smallest normal become a zero of their sign on both (the GPU's conversion flushes
+  subnormals).
 
 ``erf`` (and ``erfc``, in ``gelu``) on numpy evaluates :func:`math.erf` (:func:`math.erfc`)
 once per distinct input value (a dequantised int8 tensor has at most 256 of them); on CuPy it
@@ -122,12 +123,15 @@ _UNARY = {
     "sqrt": lambda xp, a: xp.sqrt(a),
     "tanh": lambda xp, a: xp.tanh(a),
     "erf": lambda xp, a: erf(a, xp),
+    # exp of -|x| only (no overflow), the two halves of the logistic function.
+    "sigmoid": lambda xp, a: xp.where(a >= 0, 1.0 / (1.0 + xp.exp(-xp.abs(a))),
+                                      xp.exp(-xp.abs(a)) / (1.0 + xp.exp(-xp.abs(a)))),
 }
 
 
 def elementwise(op: str, args: Sequence[Any], xp: Any = np) -> Any:
     """A float elementwise operator (``add``, ``sub``, ``mul``, ``div``, ``pow``, ``sqrt``,
-    ``tanh``, ``erf``) with numpy broadcasting, in float64, returned as float32."""
+    ``tanh``, ``erf``, ``sigmoid``) with numpy broadcasting, in float64, returned as float32."""
     xs = [_f64(a, xp) for a in args]
     fn = _ELEMENTWISE.get(op)
     y = fn(xp, *xs) if fn is not None else _UNARY[op](xp, *xs)

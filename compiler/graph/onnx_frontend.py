@@ -15,6 +15,7 @@ MatMul              dense (any rank) when the right operand is a constant (K, N)
                     batch_matmul (same leading axes)
 Sub, Mul, Div, Pow  sub, mul, div, pow (float, broadcasting; constants become constant nodes)
 Sqrt, Erf, Tanh     sqrt, erf, tanh
+Sigmoid             sigmoid (float; SiLU as torch exports it is Sigmoid then Mul)
 Softmax             softmax (axis)
 LayerNormalization  layer_norm (last axis; Scale, B -> params)
 ReduceMean/Sum/Max  reduce_mean / reduce_sum / reduce_max (axes as attribute or input)
@@ -54,7 +55,8 @@ __all__ = ["SUPPORTED_OPS", "import_onnx"]
 
 SUPPORTED_OPS = ("Conv", "BatchNormalization", "Relu", "Add", "MaxPool", "AveragePool",
                  "GlobalAveragePool", "Flatten", "Gemm", "MatMul", "Reshape", "Constant",
-                 "Identity", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Tanh", "Softmax",
+                 "Identity", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Tanh", "Sigmoid",
+                 "Softmax",
                  "LayerNormalization", "ReduceMean", "ReduceSum", "ReduceMax", "Transpose",
                  "Unsqueeze", "Squeeze", "Gather", "Concat", "Slice", "Split", "Cast", "Where",
                  "Shape", "Equal", "ConstantOfShape", "Range", "Expand", "Not", "Neg")
@@ -277,7 +279,7 @@ class _Importer:
         if len(node.input) > 2 and node.input[2]:
             attrs["bias"] = self.param(node.input[2], self.const(node, node.input[2], "bias"))
         attrs.update(stride=stride, padding=padding)
-        if group != 1:  # grouped and depthwise convolutions (the CPU fallback runs them)
+        if group != 1:  # grouped and depthwise convolutions
             attrs["groups"] = group
         self.emit(node, "conv2d", [node.input[0]], attrs)
 
@@ -382,6 +384,9 @@ class _Importer:
 
     def op_tanh(self, node: Any, a: dict[str, Any]) -> None:
         self.emit(node, "tanh", [node.input[0]], {})
+
+    def op_sigmoid(self, node: Any, a: dict[str, Any]) -> None:
+        self.emit(node, "sigmoid", [node.input[0]], {})
 
     def op_softmax(self, node: Any, a: dict[str, Any]) -> None:
         self.emit(node, "softmax", [node.input[0]], {"axis": int(a.get("axis", -1))})

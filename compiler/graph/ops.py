@@ -490,6 +490,7 @@ OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("sqrt", _I, 1, _infer_float),
     OpDef("erf", _I, 1, _infer_float),
     OpDef("tanh", _I, 1, _infer_float),
+    OpDef("sigmoid", _I, 1, _infer_float),
     OpDef("gelu", _I, 1, _infer_float),
     OpDef("where", _I, 2, _infer_where),
     OpDef("softmax", _R, 1, _infer_float),

@@ -291,7 +291,7 @@ def _nn(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
                              float(a.get("epsilon", 1e-5)))
     if op == "gelu":
         return nn.gelu(args[0], str(a.get("form", "erf")))
-    if op in ("add", "sub", "mul", "div", "pow", "sqrt", "erf", "tanh"):
+    if op in ("add", "sub", "mul", "div", "pow", "sqrt", "erf", "tanh", "sigmoid"):
         return nn.elementwise(op, args)
     if op == "where":
         return nn.where(graph.params[a["condition"]], args[0], args[1])
@@ -338,8 +338,9 @@ _KERNELS: dict[str, _Kernel] = {
     "batch_norm": _batch_norm, "quantize": _quantize, "dequantize": _dequantize,
     "layout_pack": _identity, "layout_unpack": _identity, "constant": _constant,
     **dict.fromkeys(("softmax", "layer_norm", "gelu", "sub", "mul", "div", "pow", "sqrt", "erf",
-                     "tanh", "where", "reduce_mean", "reduce_sum", "reduce_max", "transpose",
-                     "reshape", "take", "slice", "concat", "embedding", "fold_window"), _nn),
+                     "tanh", "sigmoid", "where", "reduce_mean", "reduce_sum", "reduce_max",
+                     "transpose", "reshape", "take", "slice", "concat", "embedding",
+                     "fold_window"), _nn),
     # An integer add requantises; a float one broadcasts (ONNX's Add).
     "add": lambda node, args, graph: (_add(node, args, graph)
                                       if _is_int(args[0]) or node.attrs.get("relu")

@@ -1,5 +1,5 @@
-"""Built-in model zoo: ResNet v1 (18, 34, 50) and MobileNetV2 as integer graphs with seeded
-weights (the transformers: :mod:`compiler.graph.transformers`).
+"""Built-in model zoo: ResNet v1 (18, 34, 50), MobileNetV2 and EfficientNet-B0 as integer
+graphs with seeded weights (the transformers: :mod:`compiler.graph.transformers`).
 
 The graphs are integer from the start: int8 activations and weights, int32 biases, and a
 per-layer ``shift`` calibrated while building, so that activations neither vanish nor saturate
@@ -34,10 +34,10 @@ import numpy as np
 from accel.machine.cache import cache_dir, code_version, write_atomic
 from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import infer_types
-from compiler.graph.reference import conv2d_acc, dense_acc, requantize
+from compiler.graph.reference import conv2d_acc, dense_acc, requantize, run_node
 from compiler.graph.transformers import TRANSFORMERS, bert, vit
 
-__all__ = ["IMAGE_MODELS", "ZOO", "load_zoo", "mobilenet_v2", "resnet"]
+__all__ = ["IMAGE_MODELS", "ZOO", "efficientnet_b0", "load_zoo", "mobilenet_v2", "resnet"]
 
 #: Blocks per stage and block kind of each depth.
 _DEPTHS: dict[int, tuple[tuple[int, int, int, int], bool]] = {
@@ -47,11 +47,15 @@ _DEPTHS: dict[int, tuple[tuple[int, int, int, int], bool]] = {
 }
 
 #: Zoo model names (the transformers: :mod:`compiler.graph.transformers`).
-ZOO = ("resnet18", "resnet34", "resnet50", "mobilenet_v2", "bert_tiny", "bert_base",
-       "vit_tiny")
+ZOO = ("resnet18", "resnet34", "resnet50", "mobilenet_v2", "efficientnet_b0", "bert_tiny",
+       "bert_base", "vit_tiny")
 
 #: The zoo models sized by ``image_size`` (the CNNs; ViT-tiny is 224x224).
-IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "mobilenet_v2")
+IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "mobilenet_v2", "efficientnet_b0")
+
+SILU_SCALE_SHIFT = 4
+"""The fixed point of the values around EfficientNet's float SiLU and sigmoid gates: int8
+``v`` stands for ``v / 2**4`` (-8 to 7.94), where the logistic function bends."""
 
 _WEIGHT_STD = 32.0
 _BIAS_FRACTION = 0.1
@@ -110,6 +114,37 @@ class _Builder:
             attrs["groups"] = groups
         node = Node(name, "conv2d", [x], [name], attrs)
         return self._add_node(node, requantize(acc, bias, shift, relu))
+
+    def emit(self, name: str, op: str, inputs: list[str], attrs: dict[str, object]) -> str:
+        """A node whose calibration output the reference computes (the float operators)."""
+        node = Node(name, op, inputs, [name], attrs)
+        return self._add_node(node, run_node(node, [self.act[v] for v in inputs], self.graph))
+
+    def silu(self, name: str, x: str) -> str:
+        """``x * sigmoid(x)`` in float on the fallback, between a dequantize and a quantize
+        at :data:`SILU_SCALE_SHIFT` (as torch exports SiLU: Sigmoid, then Mul)."""
+        s = {"scale_shift": SILU_SCALE_SHIFT}
+        xf = self.emit(f"{name}.dequantize", "dequantize", [x], s)
+        gate = self.emit(f"{name}.sigmoid", "sigmoid", [xf], {})
+        return self.emit(name, "quantize", [self.emit(f"{name}.mul", "mul", [xf, gate], {})],
+                         s)
+
+    def squeeze_excite(self, name: str, x: str, squeezed: int) -> str:
+        """Squeeze-and-excitation: the global average, a 1x1 conv to ``squeezed`` channels
+        and SiLU, a 1x1 conv back and a sigmoid gate that scales ``x``'s channels (float)."""
+        xa = self.act[x]
+        pooled = (xa.sum(axis=(2, 3), keepdims=True, dtype=np.int64)
+                  // (xa.shape[2] * xa.shape[3])).astype(np.int8)
+        pool = self._add_node(Node(f"{name}.pool", "global_avg_pool", [x], [f"{name}.pool"]),
+                              pooled)
+        y = self.silu(f"{name}.act", self.conv(f"{name}.fc1", pool, squeezed, 1, 1, False))
+        y = self.conv(f"{name}.fc2", y, xa.shape[1], 1, 1, False)
+        s = {"scale_shift": SILU_SCALE_SHIFT}
+        gate = self.emit(f"{name}.gate", "sigmoid",
+                         [self.emit(f"{y}.dequantize", "dequantize", [y], s)], {})
+        xf = self.emit(f"{name}.dequantize", "dequantize", [x], s)
+        return self.emit(name, "quantize", [self.emit(f"{name}.scale", "mul", [xf, gate], {})],
+                         s)
 
     def add(self, name: str, a: str, b: str, relu: bool = True) -> str:
         acc = self.act[a].astype(np.int64) + self.act[b].astype(np.int64)
@@ -257,10 +292,65 @@ def mobilenet_v2(batch: int = 1, image_size: int = 224, num_classes: int = 1000,
     return g
 
 
+#: EfficientNet-B0's MBConv stages (Tan and Le 2019, table 1): expansion t, kernel k, output
+#: channels c, blocks n, first block's stride s.
+_EFFICIENTNET_B0 = ((1, 3, 16, 1, 1), (6, 3, 24, 2, 2), (6, 5, 40, 2, 2), (6, 3, 80, 3, 2),
+                    (6, 5, 112, 3, 1), (6, 5, 192, 4, 2), (6, 3, 320, 1, 1))
+
+
+def efficientnet_b0(batch: int = 1, image_size: int = 224, num_classes: int = 1000,
+                    seed: int = 0) -> Graph:
+    """EfficientNet-B0 as an integer graph with seeded weights, built as :func:`resnet` is,
+    with SiLU and the squeeze-and-excitation gates in float on the fallback.
+
+    A 3x3/2 stem of 32 channels and SiLU; the MBConv blocks of :data:`_EFFICIENTNET_B0`, each
+    a 1x1 expansion and SiLU (but in the first stage), a ``k x k`` depthwise convolution
+    carrying the block's stride and SiLU, squeeze-and-excitation to a quarter of the block's
+    input channels, and a linear 1x1 projection, with a residual add where the stride is 1 and
+    the channels stay; a 1x1 convolution to 1280 channels and SiLU; global average pool and
+    the classifier. The convolutions, the adds and the classifier are integer (the
+    accelerator's); each SiLU and gate is ``dequantize``, ``sigmoid`` and ``mul``,
+    ``quantize`` at :data:`SILU_SCALE_SHIFT`. Nodes are named after torchvision's modules:
+    ``features.0``, ``features.<stage>.<block>.expand`` / ``.dw`` / ``.se`` / ``.project`` /
+    ``.add``, ``features.8``, ``fc``. Stochastic depth and dropout are training-only and left
+    out.
+
+    Raises
+    ------
+    GraphError
+        Batch, image size or classes below 1.
+    """
+    for what, v in (("batch", batch), ("image_size", image_size), ("num_classes", num_classes)):
+        if not isinstance(v, int | np.integer) or v < 1:
+            raise GraphError(f"efficientnet_b0: {what} must be an int >= 1, got {v!r}")
+    b = _Builder("efficientnet_b0", seed, batch, image_size)
+    x = b.silu("features.0.act", b.conv("features.0", "data", 32, 3, 2, relu=False))
+    channels = 32
+    for stage, (t, k, c, n, s) in enumerate(_EFFICIENTNET_B0, start=1):
+        for i in range(n):
+            stride, p = s if i == 0 else 1, f"features.{stage}.{i}"
+            hidden = channels * t
+            y = x
+            if t != 1:
+                y = b.silu(f"{p}.expand.act", b.conv(f"{p}.expand", x, hidden, 1, 1, False))
+            y = b.silu(f"{p}.dw.act", b.conv(f"{p}.dw", y, hidden, k, stride, False,
+                                             groups=hidden))
+            y = b.squeeze_excite(f"{p}.se", y, max(1, channels // 4))
+            y = b.conv(f"{p}.project", y, c, 1, 1, relu=False)
+            x = b.add(f"{p}.add", y, x, relu=False) if stride == 1 and channels == c else y
+            channels = c
+    x = b.silu("features.8.act", b.conv("features.8", x, 1280, 1, 1, relu=False))
+    out = b.head(x, num_classes)
+    b.graph.outputs = [out]
+    g = infer_types(b.graph)
+    g.verify()
+    return g
+
+
 def load_zoo(name: str, batch: int = 1, image_size: int = 224, seq_len: int = 128) -> Graph:
     """A zoo model by name (seed 0): ``resnet18``, ``resnet34``, ``resnet50``,
-    ``mobilenet_v2`` (1000 classes, ``image_size`` square inputs), ``bert_tiny``,
-    ``bert_base`` (``seq_len`` tokens) or ``vit_tiny`` (224x224).
+    ``mobilenet_v2``, ``efficientnet_b0`` (1000 classes, ``image_size`` square inputs),
+    ``bert_tiny``, ``bert_base`` (``seq_len`` tokens) or ``vit_tiny`` (224x224).
 
     Raises
     ------
@@ -287,6 +377,8 @@ def load_zoo(name: str, batch: int = 1, image_size: int = 224, seq_len: int = 12
         graph = resnet(int(name[len("resnet"):]), batch=batch, image_size=image_size)
     elif name == "mobilenet_v2":
         graph = mobilenet_v2(batch=batch, image_size=image_size)
+    elif name == "efficientnet_b0":
+        graph = efficientnet_b0(batch=batch, image_size=image_size)
     elif name.startswith("bert"):
         graph = bert(TRANSFORMERS[name], name, batch=batch, seq_len=seq_len)  # type: ignore[arg-type]
     else:
