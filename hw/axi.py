@@ -14,18 +14,21 @@ busy) answers ``SLVERR`` and changes nothing.
 
 **DRAM** (:class:`AxiDramBridge`): each transaction of the accelerator's channel
 (:mod:`hw.dram`: byte address, up to ``dram.max_burst`` bytes, its beats in grant order) is one
-INCR burst of full-width beats from the aligned address below it, or two where it crosses a
-4 KB boundary (AXI forbids a burst that does). The channel's beat ``j`` carries the bytes
-``addr + j * bpc ..``; an AXI beat carries an aligned word, so for an address off the beat
-(``o = addr % bpc`` bytes) the bridge realigns: a read's channel beat ``j`` is formed from AXI
-beats ``j`` and ``j + 1`` (in the cycle the second arrives; the last, where it needs the first
-alone, in the cycle after), a write's AXI beat ``k`` from channel beats ``k - 1`` and ``k``,
-with ``wstrb`` masking the bytes outside the transaction. Aligned transactions pass through
-with no added cycle on the data. Addresses go out as soon as they are granted, up to
+INCR burst of full-width beats from the aligned address below it, or two where it crosses a 4 KB
+boundary (AXI forbids a burst that does). The channel's beat ``j`` carries the bytes ``addr + j
+* bpc ..``; an AXI beat carries an aligned word, so for an address off the beat (``o = addr %
+bpc`` bytes) the bridge realigns: a read's channel beat ``j`` is formed from AXI beats ``j`` and
+``j + 1`` (in the cycle the second arrives; the last, where it needs the first alone, in the
+cycle after), a write's AXI beat ``k`` from channel beats ``k - 1`` and ``k``, with ``wstrb``
+masking the bytes outside the transaction. The bridge's side of the channel is registered both
+ways, so that its logic adds nothing to the accelerator's paths: a read beat reaches the
+accelerator a cycle after it arrives, and write beats are taken from the accelerator into a
+four-beat FIFO by a strobe decided a cycle ahead (never in a cycle that delivers a read beat),
+ahead of the W channel. Addresses go out as soon as they are granted, up to
 ``dram.max_outstanding`` transactions in flight (the arbiter's bound), all with ID 0, so the
-slave returns reads in order and write responses in order; the data phases follow the
-channel's order: a write's W beats wait for the reads granted before it, and the other way
-round. A response other than OKAY sets ``STATUS.DRAM_ERROR`` (the data go on as they came).
+slave returns reads in order and write responses in order; the data phases follow the channel's
+order: a write's W beats wait for the reads granted before it, and the other way round. A
+response other than OKAY sets ``STATUS.DRAM_ERROR`` (the data go on as they came).
 """
 
 from __future__ import annotations
@@ -282,6 +285,12 @@ class AxiDramBridge(wiring.Component):
         req = self.dram.req
         req_layout = req.payload.shape()
 
+        # Every signal into the accelerator (``req.ready``, ``rsp_valid``, ``rsp_data``,
+        # ``wr_ack``) comes straight from a register, and every one out of it ends in one (the
+        # grant FIFOs, the write-data FIFO, the counters' pulses): the accelerator's own paths
+        # from its channel port are as long as the bare design's, and the bridge's logic adds
+        # none to them (docs/notes/axi-timing.md).
+
         # --- Grants: one entry for the address phase, one for the data phase.
         # One more entry than transactions in flight: a buffered FIFO that is full but for one
         # entry takes no write in the cycle its head moves to the output register.
@@ -290,14 +299,25 @@ class AxiDramBridge(wiring.Component):
         m.submodules.data_q = data_q = fifo.SyncFIFOBuffered(width=req_layout.size,
                                                              depth=n_max + 1)
         grant = Signal()
+        # ``ready`` registered: at most ``n_max`` entries in either queue, counted here (the
+        # queues' own levels would put their logic before the accelerator's arbiter).
+        ready = Signal(init=1)
+        in_addr = Signal(range(n_max + 2))
+        in_data = Signal(range(n_max + 2))
+        addr_next = Signal.like(in_addr)
+        data_next = Signal.like(in_data)
         m.d.comb += [
-            req.ready.eq(addr_q.w_rdy & data_q.w_rdy),
-            grant.eq(req.valid & req.ready),
+            req.ready.eq(ready),
+            grant.eq(req.valid & ready),
             addr_q.w_en.eq(grant), addr_q.w_data.eq(req.payload),
             data_q.w_en.eq(grant), data_q.w_data.eq(req.payload),
-            self.rd_bytes.eq(Mux(grant & ~req.payload.write, req.payload.bytes, 0)),
-            self.wr_bytes.eq(Mux(grant & req.payload.write, req.payload.bytes, 0)),
+            addr_next.eq(in_addr + grant - addr_q.r_en),
+            data_next.eq(in_data + grant - data_q.r_en),
         ]
+        m.d.sync += [in_addr.eq(addr_next), in_data.eq(data_next),
+                     ready.eq((addr_next < n_max) & (data_next < n_max)),
+                     self.rd_bytes.eq(Mux(grant & ~req.payload.write, req.payload.bytes, 0)),
+                     self.wr_bytes.eq(Mux(grant & req.payload.write, req.payload.bytes, 0))]
 
         def geometry(entry: object, name: str) -> tuple[Signal, ...]:
             """An entry's offset in its first beat, AXI beats, channel beats, AXI beats up to
@@ -368,8 +388,8 @@ class AxiDramBridge(wiring.Component):
             b_q.w_data.eq(last_burst),
             self.m_axi_bready.eq(b_q.r_rdy),
             b_q.r_en.eq(self.m_axi_bvalid & b_q.r_rdy),
-            self.dram.wr_ack.eq(self.m_axi_bvalid & b_q.r_rdy & b_q.r_data[0]),
         ]
+        m.d.sync += self.dram.wr_ack.eq(self.m_axi_bvalid & b_q.r_rdy & b_q.r_data[0])
 
         # --- Data phase, in grant order: the front transaction's beats.
         front = Signal(req_layout)
@@ -385,6 +405,15 @@ class AxiDramBridge(wiring.Component):
         entry = Signal(req_layout)
         m.d.comb += entry.eq(data_q.r_data)
         e_o, e_n_axi, e_n_ch, e_first, e_end, _aligned = geometry(entry, "d")
+
+        # The write beats the accelerator sends, taken into a FIFO by a registered strobe
+        # (``take``) while the front write has channel beats left to take and room is sure.
+        w_depth = 4
+        m.submodules.wr_q = wr_q = fifo.SyncFIFO(width=beat_bits, depth=w_depth)
+        take = Signal()                               # the accelerator's write strobe
+        to_take = Signal(beats_bits)                  # channel beats of the front write left
+        w_level = Signal(range(w_depth + 1))          # entries taken, not yet sent
+        wr_data = wr_q.r_data
 
         r_fire = Signal()
         w_fire = Signal()
@@ -416,24 +445,23 @@ class AxiDramBridge(wiring.Component):
             strb_last.eq(Const(ones, lanes) >> (Const(lanes - 1, obits + 1) - f_end).as_unsigned()),
         ]
         wjoined = Signal(2 * beat_bits)
-        m.d.comb += wjoined.eq(Cat(prev, self.dram.wr_data)
-                               << Cat(Const(0, 3), f_o))
+        m.d.comb += wjoined.eq(Cat(prev, wr_data) << Cat(Const(0, 3), f_o))
         m.d.comb += [
-            self.m_axi_wvalid.eq(is_write & (left_axi != 0)),
+            self.m_axi_wvalid.eq(is_write & (left_axi != 0) & ((left_ch == 0) | wr_q.r_rdy)),
             self.m_axi_wdata.eq(wjoined[beat_bits:]),
             self.m_axi_wstrb.eq(Mux(k == 0, strb_first, ones)
                                 & Mux(left_axi == 1, strb_last, ones)),
             self.m_axi_wlast.eq((k + 1 == f_first) | (left_axi == 1)),
             w_fire.eq(self.m_axi_wvalid & self.m_axi_wready),
         ]
-        write_strobe = Signal()
-        m.d.comb += write_strobe.eq(w_fire & (left_ch != 0))
-        m.d.comb += [
-            strobe.eq(read_strobe | write_strobe),
-            self.dram.rsp_valid.eq(strobe),
-            self.dram.rsp_data.eq(Mux(aligned_read, self.m_axi_rdata, joined[:beat_bits])
-                                  if shift else self.m_axi_rdata),
-        ]
+        write_strobe = Signal()                       # a taken channel beat goes out
+        m.d.comb += [write_strobe.eq(w_fire & (left_ch != 0)), wr_q.r_en.eq(write_strobe)]
+        m.d.comb += strobe.eq(read_strobe | write_strobe)
+        # Reads reach the accelerator a cycle after the bridge has them; a write beat is taken
+        # only in a cycle that has none of them, so one strobe serves both.
+        m.d.sync += self.dram.rsp_data.eq(
+            Mux(aligned_read, self.m_axi_rdata, joined[:beat_bits]) if shift
+            else self.m_axi_rdata)
         moved = r_fire | w_fire
         # Done when both counts reach 0 at the end of this cycle.
         m.d.comb += finishing.eq(busy & (left_ch == strobe) & (left_axi == moved))
@@ -445,7 +473,7 @@ class AxiDramBridge(wiring.Component):
             with m.If(r_fire):
                 m.d.sync += [prev.eq(self.m_axi_rdata), have_prev.eq(1)]
             with m.If(write_strobe):
-                m.d.sync += prev.eq(self.dram.wr_data)
+                m.d.sync += prev.eq(wr_data)
         load = Signal()
         m.d.comb += [load.eq((~busy | finishing) & data_q.r_rdy), data_q.r_en.eq(load)]
         with m.If(load):
@@ -454,6 +482,19 @@ class AxiDramBridge(wiring.Component):
                          left_ch.eq(e_n_ch), k.eq(0), have_prev.eq(0)]
         with m.Elif(finishing):
             m.d.sync += busy.eq(0)
+
+        # The take side, one cycle ahead: whether the next cycle takes a write beat.
+        to_take_next = Signal.like(to_take)
+        level_next = Signal.like(w_level)
+        m.d.comb += [
+            wr_q.w_en.eq(take), wr_q.w_data.eq(self.dram.wr_data),
+            to_take_next.eq(Mux(load, Mux(entry.write, e_n_ch, 0), to_take - take)),
+            level_next.eq(w_level + take - write_strobe),
+        ]
+        take_next = Signal()
+        m.d.comb += take_next.eq((to_take_next != 0) & (level_next < w_depth) & ~read_strobe)
+        m.d.sync += [to_take.eq(to_take_next), w_level.eq(level_next), take.eq(take_next),
+                     self.dram.rsp_valid.eq(read_strobe | take_next)]
 
         m.d.comb += self.error.eq(
             (r_fire & (self.m_axi_rresp != OKAY))

@@ -73,6 +73,13 @@ def _pick_shift(acc: np.ndarray, relu: bool) -> int:
     return shift
 
 
+def _check_sizes(model: str, batch: int, image_size: int, num_classes: int) -> None:
+    """Raise GraphError unless the CNN's batch, image size and classes are ints >= 1."""
+    for what, v in (("batch", batch), ("image_size", image_size), ("num_classes", num_classes)):
+        if not isinstance(v, int | np.integer) or v < 1:
+            raise GraphError(f"{model}: {what} must be an int >= 1, got {v!r}")
+
+
 class _Builder:
     """Appends nodes to a graph while running the calibration image through them."""
 
@@ -210,9 +217,7 @@ def resnet(depth: int, batch: int = 1, image_size: int = 224, num_classes: int =
     """
     if depth not in _DEPTHS:
         raise GraphError(f"unsupported ResNet depth {depth}; expected one of 18, 34, 50")
-    for what, v in (("batch", batch), ("image_size", image_size), ("num_classes", num_classes)):
-        if not isinstance(v, int | np.integer) or v < 1:
-            raise GraphError(f"resnet{depth}: {what} must be an int >= 1, got {v!r}")
+    _check_sizes(f"resnet{depth}", batch, image_size, num_classes)
     blocks, bottleneck = _DEPTHS[depth]
     b = _Builder(f"resnet{depth}", seed, batch, image_size)
     x = b.conv("conv1", "data", 64, 7, 2, relu=True)
@@ -269,9 +274,7 @@ def mobilenet_v2(batch: int = 1, image_size: int = 224, num_classes: int = 1000,
     GraphError
         Batch, image size or classes below 1.
     """
-    for what, v in (("batch", batch), ("image_size", image_size), ("num_classes", num_classes)):
-        if not isinstance(v, int | np.integer) or v < 1:
-            raise GraphError(f"mobilenet_v2: {what} must be an int >= 1, got {v!r}")
+    _check_sizes("mobilenet_v2", batch, image_size, num_classes)
     b = _Builder("mobilenet_v2", seed, batch, image_size)
     x = b.conv("features.0", "data", 32, 3, 2, relu=True)
     channels, index = 32, 1
@@ -320,9 +323,7 @@ def efficientnet_b0(batch: int = 1, image_size: int = 224, num_classes: int = 10
     GraphError
         Batch, image size or classes below 1.
     """
-    for what, v in (("batch", batch), ("image_size", image_size), ("num_classes", num_classes)):
-        if not isinstance(v, int | np.integer) or v < 1:
-            raise GraphError(f"efficientnet_b0: {what} must be an int >= 1, got {v!r}")
+    _check_sizes("efficientnet_b0", batch, image_size, num_classes)
     b = _Builder("efficientnet_b0", seed, batch, image_size)
     x = b.silu("features.0.act", b.conv("features.0", "data", 32, 3, 2, relu=False))
     channels = 32
