@@ -99,7 +99,7 @@ SPEC_ERRORS = [
      "workloads[0]: expected exactly one of resnet18, conv2d, model, onnx, got keys vgg16"),
     ("workloads:\n  - model: alexnet\n",
      "workloads[0].model: expected one of resnet18, resnet34, resnet50, mobilenet_v2, "
-     "bert_tiny, bert_base, vit_tiny, got str 'alexnet'"),
+     "efficientnet_b0, bert_tiny, bert_base, vit_tiny, got str 'alexnet'"),
     ("workloads:\n  - conv2d: {name: x, in_channels: 8, size: 8, kernel: 3}\n",
      "workloads[0].conv2d.out_channels: missing"),
     ("backend: gpu\n" + W, "backend: expected one of fsim, sim, rtl, got str 'gpu'"),
