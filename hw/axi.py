@@ -299,23 +299,20 @@ class AxiDramBridge(wiring.Component):
         m.submodules.data_q = data_q = fifo.SyncFIFOBuffered(width=req_layout.size,
                                                              depth=n_max + 1)
         grant = Signal()
-        # ``ready`` registered: at most ``n_max`` entries in either queue, counted here (the
-        # queues' own levels would put their logic before the accelerator's arbiter).
+        # ``ready`` registered: at most ``n_max`` entries in either queue next cycle (their
+        # levels after this cycle's grant and pops).
         ready = Signal(init=1)
-        in_addr = Signal(range(n_max + 2))
-        in_data = Signal(range(n_max + 2))
-        addr_next = Signal.like(in_addr)
-        data_next = Signal.like(in_data)
+        addr_next = Signal(range(n_max + 3))
+        data_next = Signal(range(n_max + 3))
         m.d.comb += [
             req.ready.eq(ready),
             grant.eq(req.valid & ready),
             addr_q.w_en.eq(grant), addr_q.w_data.eq(req.payload),
             data_q.w_en.eq(grant), data_q.w_data.eq(req.payload),
-            addr_next.eq(in_addr + grant - addr_q.r_en),
-            data_next.eq(in_data + grant - data_q.r_en),
+            addr_next.eq(addr_q.level + grant - (addr_q.r_en & addr_q.r_rdy)),
+            data_next.eq(data_q.level + grant - (data_q.r_en & data_q.r_rdy)),
         ]
-        m.d.sync += [in_addr.eq(addr_next), in_data.eq(data_next),
-                     ready.eq((addr_next < n_max) & (data_next < n_max)),
+        m.d.sync += [ready.eq((addr_next < n_max) & (data_next < n_max)),
                      self.rd_bytes.eq(Mux(grant & ~req.payload.write, req.payload.bytes, 0)),
                      self.wr_bytes.eq(Mux(grant & req.payload.write, req.payload.bytes, 0))]
 
@@ -412,7 +409,6 @@ class AxiDramBridge(wiring.Component):
         m.submodules.wr_q = wr_q = fifo.SyncFIFO(width=beat_bits, depth=w_depth)
         take = Signal()                               # the accelerator's write strobe
         to_take = Signal(beats_bits)                  # channel beats of the front write left
-        w_level = Signal(range(w_depth + 1))          # entries taken, not yet sent
         wr_data = wr_q.r_data
 
         r_fire = Signal()
@@ -485,15 +481,15 @@ class AxiDramBridge(wiring.Component):
 
         # The take side, one cycle ahead: whether the next cycle takes a write beat.
         to_take_next = Signal.like(to_take)
-        level_next = Signal.like(w_level)
+        level_next = Signal(range(w_depth + 2))
         m.d.comb += [
             wr_q.w_en.eq(take), wr_q.w_data.eq(self.dram.wr_data),
             to_take_next.eq(Mux(load, Mux(entry.write, e_n_ch, 0), to_take - take)),
-            level_next.eq(w_level + take - write_strobe),
+            level_next.eq(wr_q.level + take - write_strobe),
         ]
         take_next = Signal()
         m.d.comb += take_next.eq((to_take_next != 0) & (level_next < w_depth) & ~read_strobe)
-        m.d.sync += [to_take.eq(to_take_next), w_level.eq(level_next), take.eq(take_next),
+        m.d.sync += [to_take.eq(to_take_next), take.eq(take_next),
                      self.dram.rsp_valid.eq(read_strobe | take_next)]
 
         m.d.comb += self.error.eq(

@@ -21,7 +21,7 @@ from compiler.ops.conv2d import (
     Conv2dWorkload,
     GroupedConv2dWorkload,
     conv2d_schedule,
-    pack_grouped_kernel,
+    pack_conv2d_kernel,
     per_group,
 )
 from compiler.ops.heuristic import default_conv2d_knobs
@@ -185,10 +185,8 @@ def compile_matmul(wl: MatmulWorkload, cfg: HwConfig, knobs: MatmulKnobs | None 
 def pack_conv2d_args(op: CompiledOp, x: np.ndarray, w: np.ndarray,
                      bias: np.ndarray | None) -> dict[str, np.ndarray]:
     cfg = op.config
-    kernel = pack_grouped_kernel(w, op.workload, cfg) \
-        if isinstance(op.workload, GroupedConv2dWorkload) \
-        else pack_weight(w, cfg.block_out, cfg.block_in)
-    args = {"data": pack_activation(x, cfg.batch, cfg.block_in), "kernel": kernel}
+    args = {"data": pack_activation(x, cfg.batch, cfg.block_in),
+            "kernel": pack_conv2d_kernel(w, op.workload, cfg)}
     if bias is not None:
         args["bias"] = op.bias_tiles(bias, w.shape[0])
     return args

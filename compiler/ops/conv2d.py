@@ -28,7 +28,7 @@ from compiler.te import IterVar, Tensor, compute, if_then_else, placeholder, red
 
 __all__ = ["TILE_ORDERS", "Conv2dKnobs", "Conv2dWorkload", "GroupedConv2dWorkload",
            "check_conv2d_knobs", "conv2d_accumulate", "conv2d_compute", "conv2d_schedule",
-           "pack_grouped_kernel", "per_group", "schedule_conv2d_tiles"]
+           "pack_conv2d_kernel", "pack_grouped_kernel", "per_group", "schedule_conv2d_tiles"]
 
 TILE_ORDERS: tuple[str, ...] = ("rows", "columns")
 """Values of the ``tile_order`` knob, by index: which of the output-tile loops over rows
@@ -200,6 +200,14 @@ def pack_grouped_kernel(w: np.ndarray, wl: GroupedConv2dWorkload, cfg: HwConfig)
     dense = (w.reshape(blocks, k, cout, 1, cin, kh, kw) * diag)  # (G, k, cout, k, cin, ...)
     return pack_weight(dense.reshape(blocks * k * cout, k * cin, kh, kw), cfg.block_out,
                        cfg.block_in)
+
+
+def pack_conv2d_kernel(w: np.ndarray, wl: Conv2dWorkload | GroupedConv2dWorkload,
+                       cfg: HwConfig) -> np.ndarray:
+    """The ``kernel`` region of ``wl``'s program from its ``(O, C / groups, KH, KW)`` weight."""
+    if isinstance(wl, GroupedConv2dWorkload):
+        return pack_grouped_kernel(w, wl, cfg)
+    return pack_weight(w, cfg.block_out, cfg.block_in)
 
 
 @dataclass(frozen=True)

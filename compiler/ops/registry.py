@@ -29,7 +29,7 @@ from compiler.ops.conv2d import (
     Conv2dWorkload,
     GroupedConv2dWorkload,
     conv2d_schedule,
-    pack_grouped_kernel,
+    pack_conv2d_kernel,
     per_group,
 )
 from compiler.ops.eltwise import (
@@ -105,9 +105,7 @@ def _conv2d_workload(node: Node, graph: Graph) -> Conv2dWorkload | GroupedConv2d
 def _conv2d_constants(wl: Conv2dWorkload | GroupedConv2dWorkload, node: Node, graph: Graph,
                       cfg: HwConfig) -> dict[str, np.ndarray]:
     w = graph.params[node.attrs["weight"]]
-    kernel = pack_grouped_kernel(w, wl, cfg) if isinstance(wl, GroupedConv2dWorkload) \
-        else pack_weight(w, cfg.block_out, cfg.block_in)
-    return _with_bias({"kernel": kernel}, node, graph, w.shape[0], cfg)
+    return _with_bias({"kernel": pack_conv2d_kernel(w, wl, cfg)}, node, graph, w.shape[0], cfg)
 
 
 def _as_modelled(wl: Conv2dWorkload | GroupedConv2dWorkload, cfg: HwConfig) -> Conv2dWorkload:
