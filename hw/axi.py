@@ -299,22 +299,37 @@ class AxiDramBridge(wiring.Component):
         m.submodules.data_q = data_q = fifo.SyncFIFOBuffered(width=req_layout.size,
                                                              depth=n_max + 1)
         grant = Signal()
-        # ``ready`` registered: at most ``n_max`` entries in either queue next cycle (their
-        # levels after this cycle's grant and pops).
+        # ``ready`` registered: at most ``n_max`` entries in either queue next cycle, counted
+        # from this cycle's levels and grant without this cycle's pops (a pop reopens it a
+        # cycle later). The arbiter keeps at most ``n_max`` transactions in flight and a queued
+        # entry is one of them, so this bound never holds a grant back (the levels reach
+        # ``n_max`` only when the arbiter is full), and ``ready``'s input stays a few LUTs.
         ready = Signal(init=1)
-        addr_next = Signal(range(n_max + 3))
-        data_next = Signal(range(n_max + 3))
         m.d.comb += [
             req.ready.eq(ready),
             grant.eq(req.valid & ready),
             addr_q.w_en.eq(grant), addr_q.w_data.eq(req.payload),
             data_q.w_en.eq(grant), data_q.w_data.eq(req.payload),
-            addr_next.eq(addr_q.level + grant - (addr_q.r_en & addr_q.r_rdy)),
-            data_next.eq(data_q.level + grant - (data_q.r_en & data_q.r_rdy)),
         ]
-        m.d.sync += [ready.eq((addr_next < n_max) & (data_next < n_max)),
+        m.d.sync += [ready.eq(Mux(grant,
+                                  (addr_q.level < n_max - 1) & (data_q.level < n_max - 1),
+                                  (addr_q.level < n_max) & (data_q.level < n_max))),
                      self.rd_bytes.eq(Mux(grant & ~req.payload.write, req.payload.bytes, 0)),
                      self.wr_bytes.eq(Mux(grant & req.payload.write, req.payload.bytes, 0))]
+
+        def countdown(name: str, load: object, value: object, dec: object
+                      ) -> tuple[Signal, Signal]:
+            """A down-counter loaded with ``value`` or decremented, with flags of its next
+            value registered beside it, ``== 1`` and ``!= 0``, which it returns: logic that
+            tests them reads a register, not a compare."""
+            v = Signal(beats_bits, name=name)
+            one = Signal(name=f"{name}_one")
+            nz = Signal(name=f"{name}_nz")
+            with m.If(load):
+                m.d.sync += [v.eq(value), one.eq(value == 1), nz.eq(value != 0)]
+            with m.Elif(dec):
+                m.d.sync += [v.eq(v - 1), one.eq(v == 2), nz.eq(v != 1)]
+            return one, nz
 
         def geometry(entry: object, name: str) -> tuple[Signal, ...]:
             """An entry's offset in its first beat, AXI beats, channel beats, AXI beats up to
@@ -340,24 +355,32 @@ class AxiDramBridge(wiring.Component):
             ]
             return o, n_axi, n_ch, first, end_lane, aligned
 
-        # --- Address phase: the front entry's one or two bursts on AR or AW.
+        # --- Address phase: the head entry's one or two bursts on AR or AW, from registers.
+        # An entry leaves the queue into the output registers, its bursts' addresses and
+        # lengths computed on the way (the geometry's carry chains end there, not at the
+        # pins); a second burst, where the entry crosses a 4 KB boundary, waits beside them.
         head = Signal(req_layout)
         m.d.comb += head.eq(addr_q.r_data)
         _o, a_n_axi, _n_ch, a_first, _end, a_aligned = geometry(head, "a")
-        second = Signal()                          # the head's first burst has gone out
-        split = Signal()
-        m.d.comb += split.eq(a_first != a_n_axi)
-        burst_addr = Signal(abits)
-        burst_beats = Signal(beats_bits)
-        m.d.comb += [
-            burst_addr.eq(Mux(second, a_aligned + (a_first << shift), a_aligned) + self.base),
-            burst_beats.eq(Mux(second, a_n_axi - a_first, a_first)),
-        ]
+        lo_bits = (AXI_BOUNDARY - 1).bit_length()
+        # ``base`` is 4 KB aligned: it adds to the bits above the boundary only, and the second
+        # burst starts at the boundary above the first. Its high bits and their successor are
+        # registered here (``DRAM_BASE`` is written before ``START``, many cycles ahead).
+        base_hi = Signal(abits - lo_bits)
+        base_hi1 = Signal(abits - lo_bits)
+        m.d.sync += [base_hi.eq(self.base[lo_bits:]), base_hi1.eq(self.base[lo_bits:] + 1)]
+        out_valid = Signal()
+        out_write = Signal()
+        out_addr = Signal(abits)
+        out_len = Signal(8)
+        pend = Signal()                            # a second burst waits
+        pend_addr = Signal(abits)
+        pend_len = Signal(8)
         for ch in ("ar", "aw"):
             m.d.comb += [
                 getattr(self, f"m_axi_{ch}id").eq(0),
-                getattr(self, f"m_axi_{ch}addr").eq(burst_addr),
-                getattr(self, f"m_axi_{ch}len").eq(burst_beats - 1),
+                getattr(self, f"m_axi_{ch}addr").eq(out_addr),
+                getattr(self, f"m_axi_{ch}len").eq(out_len),
                 getattr(self, f"m_axi_{ch}size").eq(shift),
                 getattr(self, f"m_axi_{ch}burst").eq(0b01),      # INCR
                 getattr(self, f"m_axi_{ch}lock").eq(0),
@@ -365,16 +388,29 @@ class AxiDramBridge(wiring.Component):
                 getattr(self, f"m_axi_{ch}prot").eq(0),
                 getattr(self, f"m_axi_{ch}qos").eq(0),
             ]
-        m.d.comb += [self.m_axi_arvalid.eq(addr_q.r_rdy & ~head.write),
-                     self.m_axi_awvalid.eq(addr_q.r_rdy & head.write)]
+        m.d.comb += [self.m_axi_arvalid.eq(out_valid & ~out_write),
+                     self.m_axi_awvalid.eq(out_valid & out_write)]
         sent = Signal()
         m.d.comb += sent.eq((self.m_axi_arvalid & self.m_axi_arready)
                             | (self.m_axi_awvalid & self.m_axi_awready))
-        last_burst = Signal()
-        m.d.comb += last_burst.eq(~split | second)
-        with m.If(sent):
-            m.d.sync += second.eq(~last_burst)
-        m.d.comb += addr_q.r_en.eq(sent & last_burst)
+        take_head = Signal()
+        m.d.comb += [take_head.eq(addr_q.r_rdy & (~out_valid | (sent & ~pend))),
+                     addr_q.r_en.eq(take_head)]
+        a_hi = a_aligned[lo_bits:]
+        with m.If(take_head):
+            m.d.sync += [
+                out_valid.eq(1), out_write.eq(head.write),
+                out_addr.eq(Cat(a_aligned[:lo_bits], a_hi + base_hi)),
+                out_len.eq(a_first - 1),
+                pend.eq(a_first != a_n_axi),
+                pend_addr.eq(Cat(Const(0, lo_bits), a_hi + base_hi1)),
+                pend_len.eq(a_n_axi - a_first - 1),
+            ]
+        with m.Elif(sent):
+            with m.If(pend):
+                m.d.sync += [out_addr.eq(pend_addr), out_len.eq(pend_len), pend.eq(0)]
+            with m.Else():
+                m.d.sync += out_valid.eq(0)
 
         # --- Write responses: one per burst, the write's last burst acknowledges it.
         # Unbuffered: its level counts every burst whose response is due (two per transaction
@@ -382,50 +418,55 @@ class AxiDramBridge(wiring.Component):
         m.submodules.b_q = b_q = fifo.SyncFIFO(width=1, depth=2 * n_max)
         m.d.comb += [
             b_q.w_en.eq(self.m_axi_awvalid & self.m_axi_awready),
-            b_q.w_data.eq(last_burst),
+            b_q.w_data.eq(~pend),             # the entry's last burst
             self.m_axi_bready.eq(b_q.r_rdy),
             b_q.r_en.eq(self.m_axi_bvalid & b_q.r_rdy),
         ]
         m.d.sync += self.dram.wr_ack.eq(self.m_axi_bvalid & b_q.r_rdy & b_q.r_data[0])
 
         # --- Data phase, in grant order: the front transaction's beats.
+        # The counts of beats left carry registered flags (``countdown``), so the strobes,
+        # the end of the front and the next cycle's take are a few LUTs from registers.
         front = Signal(req_layout)
         busy = Signal()                               # a front transaction is loaded
         f_o = Signal(obits)
         f_end = Signal(obits)
-        f_first = Signal(beats_bits)
-        left_axi = Signal(beats_bits)                 # AXI beats still to move
-        left_ch = Signal(beats_bits)                  # channel beats still to move
-        k = Signal(beats_bits)                        # AXI beats moved
         prev = Signal(beat_bits)                      # the last AXI beat read / channel beat sent
         have_prev = Signal()
+        first_beat = Signal()                         # no AXI beat moved yet
         entry = Signal(req_layout)
         m.d.comb += entry.eq(data_q.r_data)
         e_o, e_n_axi, e_n_ch, e_first, e_end, _aligned = geometry(entry, "d")
+
+        load = Signal()                               # the next entry becomes the front
+        moved = Signal()                              # an AXI beat moves
+        strobe = Signal()                             # a channel beat moves
+        # AXI beats still to move, channel beats still to move, and AXI beats left in the
+        # first burst (``wlast``).
+        ax_one, ax_nz = countdown("left_axi", load, e_n_axi, moved)
+        ch_one, ch_nz = countdown("left_ch", load, e_n_ch, strobe)
+        tf_one, _tf_nz = countdown("to_first", load, e_first, moved)
 
         # The write beats the accelerator sends, taken into a FIFO by a registered strobe
         # (``take``) while the front write has channel beats left to take and room is sure.
         w_depth = 4
         m.submodules.wr_q = wr_q = fifo.SyncFIFO(width=beat_bits, depth=w_depth)
         take = Signal()                               # the accelerator's write strobe
-        to_take = Signal(beats_bits)                  # channel beats of the front write left
         wr_data = wr_q.r_data
 
         r_fire = Signal()
         w_fire = Signal()
-        strobe = Signal()                             # a channel beat moves this cycle
         finishing = Signal()
         is_read = busy & ~front.write
         is_write = busy & front.write
         m.d.comb += [
-            self.m_axi_rready.eq(is_read & (left_axi != 0)),
+            self.m_axi_rready.eq(is_read & ax_nz),
             r_fire.eq(self.m_axi_rvalid & self.m_axi_rready),
         ]
         # Reads.
         aligned_read = f_o == 0
         tail = Signal()                                # the last channel beat, from ``prev``
-        m.d.comb += tail.eq(is_read & ~aligned_read & have_prev & (left_axi == 0)
-                            & (left_ch != 0))
+        m.d.comb += tail.eq(is_read & ~aligned_read & have_prev & ~ax_nz & ch_nz)
         joined = Signal(2 * beat_bits)
         m.d.comb += joined.eq(Cat(prev, self.m_axi_rdata) >> Cat(Const(0, 3), f_o))
         read_strobe = Signal()
@@ -443,54 +484,51 @@ class AxiDramBridge(wiring.Component):
         wjoined = Signal(2 * beat_bits)
         m.d.comb += wjoined.eq(Cat(prev, wr_data) << Cat(Const(0, 3), f_o))
         m.d.comb += [
-            self.m_axi_wvalid.eq(is_write & (left_axi != 0) & ((left_ch == 0) | wr_q.r_rdy)),
+            self.m_axi_wvalid.eq(is_write & ax_nz & (~ch_nz | wr_q.r_rdy)),
             self.m_axi_wdata.eq(wjoined[beat_bits:]),
-            self.m_axi_wstrb.eq(Mux(k == 0, strb_first, ones)
-                                & Mux(left_axi == 1, strb_last, ones)),
-            self.m_axi_wlast.eq((k + 1 == f_first) | (left_axi == 1)),
+            self.m_axi_wstrb.eq(Mux(first_beat, strb_first, ones) & Mux(ax_one, strb_last, ones)),
+            self.m_axi_wlast.eq(tf_one | ax_one),
             w_fire.eq(self.m_axi_wvalid & self.m_axi_wready),
         ]
         write_strobe = Signal()                       # a taken channel beat goes out
-        m.d.comb += [write_strobe.eq(w_fire & (left_ch != 0)), wr_q.r_en.eq(write_strobe)]
+        m.d.comb += [write_strobe.eq(w_fire & ch_nz), wr_q.r_en.eq(write_strobe)]
         m.d.comb += strobe.eq(read_strobe | write_strobe)
         # Reads reach the accelerator a cycle after the bridge has them; a write beat is taken
         # only in a cycle that has none of them, so one strobe serves both.
         m.d.sync += self.dram.rsp_data.eq(
             Mux(aligned_read, self.m_axi_rdata, joined[:beat_bits]) if shift
             else self.m_axi_rdata)
-        moved = r_fire | w_fire
+        m.d.comb += moved.eq(r_fire | w_fire)
         # Done when both counts reach 0 at the end of this cycle.
-        m.d.comb += finishing.eq(busy & (left_ch == strobe) & (left_axi == moved))
-        with m.If(busy):
-            with m.If(moved):
-                m.d.sync += [left_axi.eq(left_axi - 1), k.eq(k + 1)]
-            with m.If(strobe):
-                m.d.sync += left_ch.eq(left_ch - 1)
-            with m.If(r_fire):
-                m.d.sync += [prev.eq(self.m_axi_rdata), have_prev.eq(1)]
-            with m.If(write_strobe):
-                m.d.sync += prev.eq(wr_data)
-        load = Signal()
+        m.d.comb += finishing.eq(busy & Mux(strobe, ch_one, ~ch_nz) & Mux(moved, ax_one, ~ax_nz))
+        with m.If(moved):
+            m.d.sync += first_beat.eq(0)
+        with m.If(r_fire):
+            m.d.sync += [prev.eq(self.m_axi_rdata), have_prev.eq(1)]
+        with m.If(write_strobe):
+            m.d.sync += prev.eq(wr_data)
         m.d.comb += [load.eq((~busy | finishing) & data_q.r_rdy), data_q.r_en.eq(load)]
         with m.If(load):
             m.d.sync += [front.eq(entry), busy.eq(1), f_o.eq(e_o), f_end.eq(e_end),
-                         f_first.eq(e_first), left_axi.eq(e_n_axi),
-                         left_ch.eq(e_n_ch), k.eq(0), have_prev.eq(0)]
+                         first_beat.eq(1), have_prev.eq(0)]
         with m.Elif(finishing):
             m.d.sync += busy.eq(0)
 
-        # The take side, one cycle ahead: whether the next cycle takes a write beat.
-        to_take_next = Signal.like(to_take)
-        level_next = Signal(range(w_depth + 2))
+        # The take side, one cycle ahead: whether the next cycle takes a write beat. A front
+        # write's channel beats are all taken before it finishes, so a load never meets a
+        # take of the front before it.
+        tt_one, tt_nz = countdown("to_take", load, Mux(entry.write, e_n_ch, 0), take)
+        more = Signal()                               # beats left to take after this cycle
+        room = Signal()                               # the FIFO has room after this cycle
         m.d.comb += [
             wr_q.w_en.eq(take), wr_q.w_data.eq(self.dram.wr_data),
-            to_take_next.eq(Mux(load, Mux(entry.write, e_n_ch, 0), to_take - take)),
-            level_next.eq(wr_q.level + take - write_strobe),
+            more.eq(Mux(load, entry.write, tt_nz & ~(tt_one & take))),
+            room.eq(Mux(take & ~write_strobe, wr_q.level < w_depth - 1,
+                        Mux(~take & write_strobe, 1, wr_q.level < w_depth))),
         ]
         take_next = Signal()
-        m.d.comb += take_next.eq((to_take_next != 0) & (level_next < w_depth) & ~read_strobe)
-        m.d.sync += [to_take.eq(to_take_next), take.eq(take_next),
-                     self.dram.rsp_valid.eq(read_strobe | take_next)]
+        m.d.comb += take_next.eq(more & room & ~read_strobe)
+        m.d.sync += [take.eq(take_next), self.dram.rsp_valid.eq(read_strobe | take_next)]
 
         m.d.comb += self.error.eq(
             (r_fire & (self.m_axi_rresp != OKAY))
@@ -563,16 +601,26 @@ class AxiAccelerator(wiring.Component):
             m.d.sync += counting.eq(1)
         with m.Elif(acc.done):
             m.d.sync += counting.eq(0)
-        counters = {n: Signal(64, name=f"count_{n.lower()}") for n in names if n != "CYCLES"}
         m.d.comb += regs.counters[names.index("CYCLES")].eq(acc.cycles)
+        # Every other counter adds a registered increment (one cycle late: a run's final
+        # counts are the same) into a 32-bit low half whose carry is registered into the high
+        # half, so no carry chain is longer than 32 bits. The value read is ``low : high +
+        # carry``, the sum of the increments so far, in every cycle; ``LO`` reads the low half, and the high half
+        # it latches for ``HI`` is taken through that one 32-bit increment.
         adds = {"DRAM_RD_BYTES": bridge.rd_bytes, "DRAM_WR_BYTES": bridge.wr_bytes}
         for i, mod in enumerate(Accelerator.STATUS_MODULES):
             adds[f"{mod.upper()}_ACTIVE"] = acc.active[i] & counting
             adds[f"{mod.upper()}_STALL"] = acc.stalled[i] & counting
-        for n, sig in counters.items():
+        for n in names:
+            if n == "CYCLES":
+                continue
+            inc = Signal.like(adds[n], name=f"inc_{n.lower()}")
+            lo = Signal(32, name=f"count_{n.lower()}_lo")
+            carry = Signal(name=f"count_{n.lower()}_carry")
+            hi = Signal(32, name=f"count_{n.lower()}_hi")
             with m.If(regs.start):
-                m.d.sync += sig.eq(0)
+                m.d.sync += [inc.eq(0), lo.eq(0), carry.eq(0), hi.eq(0)]
             with m.Else():
-                m.d.sync += sig.eq(sig + adds[n])
-            m.d.comb += regs.counters[names.index(n)].eq(sig)
+                m.d.sync += [inc.eq(adds[n]), Cat(lo, carry).eq(lo + inc), hi.eq(hi + carry)]
+            m.d.comb += regs.counters[names.index(n)].eq(Cat(lo, hi + carry))
         return m
