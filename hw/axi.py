@@ -24,7 +24,8 @@ masking the bytes outside the transaction. The bridge's side of the channel is r
 ways, so that its logic adds nothing to the accelerator's paths: a read beat reaches the
 accelerator a cycle after it arrives, and write beats are taken from the accelerator into a
 four-beat FIFO by a strobe decided a cycle ahead (never in a cycle that delivers a read beat),
-ahead of the W channel. Addresses go out as soon as they are granted, up to
+ahead of the W channel. Addresses go out from registers, loaded as an entry leaves the
+address queue (a cycle after its grant at the earliest), up to
 ``dram.max_outstanding`` transactions in flight (the arbiter's bound), all with ID 0, so the
 slave returns reads in order and write responses in order; the data phases follow the channel's
 order: a write's W beats wait for the reads granted before it, and the other way round. A
@@ -605,8 +606,8 @@ class AxiAccelerator(wiring.Component):
         # Every other counter adds a registered increment (one cycle late: a run's final
         # counts are the same) into a 32-bit low half whose carry is registered into the high
         # half, so no carry chain is longer than 32 bits. The value read is ``low : high +
-        # carry``, the sum of the increments so far, in every cycle; ``LO`` reads the low half, and the high half
-        # it latches for ``HI`` is taken through that one 32-bit increment.
+        # carry``, the sum of the increments so far in every cycle: ``LO`` reads the low half,
+        # and the high half it latches for ``HI`` comes through that one 32-bit increment.
         adds = {"DRAM_RD_BYTES": bridge.rd_bytes, "DRAM_WR_BYTES": bridge.wr_bytes}
         for i, mod in enumerate(Accelerator.STATUS_MODULES):
             adds[f"{mod.upper()}_ACTIVE"] = acc.active[i] & counting
