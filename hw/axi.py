@@ -612,16 +612,14 @@ class AxiAccelerator(wiring.Component):
         for i, mod in enumerate(Accelerator.STATUS_MODULES):
             adds[f"{mod.upper()}_ACTIVE"] = acc.active[i] & counting
             adds[f"{mod.upper()}_STALL"] = acc.stalled[i] & counting
-        for n in names:
-            if n == "CYCLES":
-                continue
-            inc = Signal.like(adds[n], name=f"inc_{n.lower()}")
+        for n, add in adds.items():
+            inc = Signal.like(add, name=f"inc_{n.lower()}")
             lo = Signal(32, name=f"count_{n.lower()}_lo")
             carry = Signal(name=f"count_{n.lower()}_carry")
             hi = Signal(32, name=f"count_{n.lower()}_hi")
             with m.If(regs.start):
                 m.d.sync += [inc.eq(0), lo.eq(0), carry.eq(0), hi.eq(0)]
             with m.Else():
-                m.d.sync += [inc.eq(adds[n]), Cat(lo, carry).eq(lo + inc), hi.eq(hi + carry)]
+                m.d.sync += [inc.eq(add), Cat(lo, carry).eq(lo + inc), hi.eq(hi + carry)]
             m.d.comb += regs.counters[names.index(n)].eq(Cat(lo, hi + carry))
         return m
