@@ -22,6 +22,7 @@ from accel.cli_util import (
     EXIT_BAD_INPUT,
     CliError,
     Progress,
+    caused_by_interrupt,
     check_model_options,
     check_out_dir,
     check_out_file,
@@ -617,30 +618,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``accel`` console script; returns the exit status."""
-    import os
-
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, ValueError) as exc:
+    except Exception as exc:
+        if caused_by_interrupt(exc):
+            return interrupted("accel: interrupted")
+        return _failed(exc)
+    except KeyboardInterrupt:
+        return interrupted("accel: interrupted")
+
+
+def _failed(exc: Exception) -> int:
+    """The exit status for an error that ended a command, after its one line; re-raises what
+    is not the user's input (a bug: its traceback is what a report needs)."""
+    import os
+
+    if isinstance(exc, (CliError, ValueError)):
         # Every user-input error in accel is a ValueError subclass with a one-line message
         # (ConfigError, ProgramError, LoweringError, GraphError, ...). ACCEL_DEBUG=1 re-raises.
         if os.environ.get("ACCEL_DEBUG"):
-            raise
+            raise exc
         print(f"accel: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        return interrupted("accel: interrupted")
-    except BrokenPipeError:
+    if isinstance(exc, BrokenPipeError):
         return 0
-    except OSError as exc:
+    if isinstance(exc, OSError) and exc.filename and not os.environ.get("ACCEL_DEBUG"):
         # A file that could not be read or written after the checks passed (a full disk, a
         # folder removed meanwhile): still one line naming it.
-        if os.environ.get("ACCEL_DEBUG") or not exc.filename:
-            raise
         print(f"accel: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    raise exc
 
 
 if __name__ == "__main__":

@@ -18,7 +18,13 @@ from typing import Any
 
 __all__ = ["add_parsers", "cmd_sweep"]
 
-from accel.cli_util import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, WORKERS_HELP
+from accel.cli_util import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    WORKERS_HELP,
+    caused_by_interrupt,
+    interrupted,
+)
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -53,10 +59,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     try:
         summary = run_sweep(spec, args.out, workers=args.workers, scheduler=args.scheduler,
                             quiet=args.quiet)
-    except KeyboardInterrupt:
-        print(f"accel: sweep interrupted; completed rows are kept in {args.out}/results.csv; "
-              "run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except BaseException as exc:
+        if not caused_by_interrupt(exc):
+            raise
+        return interrupted(f"accel: sweep interrupted; completed rows are kept in "
+                           f"{args.out}/results.csv; run the same command again to resume")
     s = summary
     # Counted over the whole results file: a resumed sweep keeps the error rows of earlier
     # runs (their points are done), and a script must still see that the sweep has failures.

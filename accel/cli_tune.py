@@ -144,7 +144,7 @@ def _knob_text(knobs: Any) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from accel.cli_util import Progress, check_model_options, interrupted
+    from accel.cli_util import Progress, caused_by_interrupt, check_model_options, interrupted
     from accel.machine.config import load_config
     from compiler.ops.tuning_log import TuningLog
 
@@ -164,7 +164,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     progress = Progress(sys.stderr, quiet=args.quiet)
     try:
         rows = _tune(args, cfg, log, progress, started)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        if not caused_by_interrupt(exc):
+            raise
         # Every measurement was appended to the log as it came (a whole line, flushed).
         n = len(log) - logged_before
         return interrupted(f"accel: tune interrupted; {log.path} keeps the {n} "

@@ -25,8 +25,8 @@ from typing import Any, TextIO
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_INTERRUPTED", "PROGRESS_INTERVAL",
            "WORKERS_HELP", "CliError", "Progress", "add_deprecated_alias",
-           "check_model_options", "check_out_dir", "check_out_file", "default_workers",
-           "interrupted", "make_out_dir", "parse_window", "steps"]
+           "caused_by_interrupt", "check_model_options", "check_out_dir", "check_out_file",
+           "default_workers", "interrupted", "make_out_dir", "parse_window", "steps"]
 
 EXIT_FAILED = 1
 """The command ran but what it checks failed (a check, error rows of a sweep)."""
@@ -54,7 +54,29 @@ def interrupted(message: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.stderr.write("\n" if getattr(sys.stderr, "isatty", lambda: False)() else "")
     print(message, file=sys.stderr)
+    # CPython (seen on 3.11 and 3.12): a KeyboardInterrupt that ends a string exec or eval (a
+    # dataclass or namedtuple being built by an import the Ctrl-C landed in) marks the
+    # interpreter to kill itself with SIGINT at exit under ``python -m``, whatever status the
+    # command returns. Every string eval clears that mark as it starts: this one does.
+    exec("None", {})
     return EXIT_INTERRUPTED
+
+
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C, or an error that one caused: Python 3.11 wraps a
+    KeyboardInterrupt raised inside a class's ``__set_name__`` (a dataclass field, while an
+    import builds the class) in a RuntimeError, and a command may turn that into its own
+    error; an error raised while a Ctrl-C is handled is its consequence too."""
+    todo, seen = [exc], set()
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        todo += [e.__cause__, e.__context__]
+    return False
 
 
 # ---------------------------------------------------------------------- output paths

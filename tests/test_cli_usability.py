@@ -414,6 +414,65 @@ def test_ctrl_c_during_tune_keeps_the_log(tmp_path: Path) -> None:
     assert len(children) == 2 and all(_gone(c) for c in children)
 
 
+def test_ctrl_c_that_ended_a_string_exec_still_exits_130(tmp_path: Path) -> None:
+    """CI saw ``accel run`` die by SIGINT (-2) after its one line: the Ctrl-C had landed in an
+    import building a dataclass (a string ``exec``), and CPython then kills ``python -m`` with
+    SIGINT at exit whatever status it returns. :func:`interrupted` clears that mark."""
+    (tmp_path / "ctrl_c_in_exec.py").write_text(
+        "import sys\n"
+        "from accel.cli_util import interrupted\n"
+        "try:\n"
+        "    exec('raise KeyboardInterrupt', {})\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(interrupted('accel: interrupted'))\n")
+    env = dict(os.environ,
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", "ctrl_c_in_exec"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert (proc.returncode, proc.stderr) == (130, "accel: interrupted\n")
+
+
+def test_ctrl_c_wrapped_in_another_error_is_an_interrupt(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    """CI saw ``accel: error: Error calling __set_name__ on 'Field' instance 'stalls'``: on
+    Python 3.11 a Ctrl-C inside a class's ``__set_name__`` (an import building a dataclass)
+    comes as a RuntimeError, which ``accel run`` turned into its own error."""
+    import signal as signal_module
+
+    from accel import cli
+    from accel.cli_util import caused_by_interrupt
+
+    class Interrupted:
+        def __set_name__(self, owner: type, name: str) -> None:
+            raise KeyboardInterrupt
+
+    def build_class() -> None:
+        type("Stats", (), {"stalls": Interrupted()})
+
+    with pytest.raises(BaseException) as raised:
+        build_class()
+    assert caused_by_interrupt(raised.value)
+    assert not caused_by_interrupt(ValueError("not an interrupt"))
+
+    def command(args: argparse.Namespace) -> int:
+        try:
+            build_class()
+        except RuntimeError as exc:
+            raise cli.CliError(f"the RTL failed: {exc}") from exc
+        return 0
+
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=command)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    old = signal_module.getsignal(signal_module.SIGINT)
+    try:
+        assert main([]) == 130
+    finally:
+        signal_module.signal(signal_module.SIGINT, old)
+    assert capsys.readouterr().err == "accel: interrupted\n"
+
+
 # ---------------------------------------------------------------------- consistency
 def _commands() -> dict[str, argparse.ArgumentParser]:
     """Every command's parser by its name (``config show``, ``run``, ...)."""
