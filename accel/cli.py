@@ -259,10 +259,19 @@ def print_report(report: Any, out: Any = None) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
 
     from accel.cli_exec import vcd_dump
+    from compiler.graph.decoder import DECODERS
 
     check_model_options(args.model, args.batch, args.image_size)
     out_dir = check_out_dir(args.out, "--out") if args.out else None
     cfg = _config(args.config)
+    if args.model in DECODERS:
+        from accel.cli_decode import run_decoder
+
+        return run_decoder(args, cfg, out_dir)
+    for flag, value in (("--prompt-len", args.prompt_len), ("--decode", args.decode)):
+        if value is not None:
+            raise CliError(f"{flag} applies to the decoders ({', '.join(DECODERS)}) only, "
+                           f"not to {args.model}")
     if args.tuning_log and not Path(args.tuning_log).is_file():
         raise CliError(f"{args.tuning_log}: no such tuning log")
     dump = vcd_dump(args)
@@ -537,8 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_device_list)
 
     p = sub.add_parser("run", help="run a network (zoo name or .onnx) through a backend")
-    p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50, bert_tiny, "
-                   "bert_base, vit_tiny) or an .onnx file")
+    p.add_argument("model", help="zoo model (resnet18, resnet34, resnet50, mobilenet_v2, "
+                   "efficientnet_b0, bert_tiny, bert_base, vit_tiny; the decoders gpt2, "
+                   "llama_small, gpt2_tiny, llama_tiny) or an .onnx file")
     p.add_argument("--config", help="hardware config name or YAML path")
     p.add_argument("--backend", default="sim", choices=["fsim", "sim", "rtl"],
                    help="fsim: functional simulator, no cycles; sim: functional and SimPy "
@@ -555,6 +565,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "fixes its own)")
     p.add_argument("--seq-len", type=int, default=None,
                    help="tokens per sequence of a BERT zoo model (default 128)")
+    p.add_argument("--prompt-len", type=int, default=None,
+                   help="tokens of a decoder's prompt, run as one prefill (default 128)")
+    p.add_argument("--decode", type=int, default=None, metavar="N",
+                   help="decoding steps after a decoder's prefill, one token each with the KV "
+                        "cache (default 32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random input (default 0)")
     p.add_argument("--out", metavar="DIR",
                    help="folder (created when missing) for report.json, layers.csv and, on sim "

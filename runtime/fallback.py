@@ -102,7 +102,13 @@ _FALLBACK: dict[str, FallbackFn] = {
     "global_avg_pool": lambda k, node, g, xs: k.global_avg_pool(xs[0]),
     "flatten": _flatten,
     "batch_matmul": _batch_matmul,
-    "softmax": lambda k, node, g, xs: k.softmax(xs[0], int(node.attrs.get("axis", -1))),
+    "softmax": lambda k, node, g, xs: k.softmax(xs[0], int(node.attrs.get("axis", -1)),
+                                                bool(node.attrs.get("causal", False))),
+    "rms_norm": lambda k, node, g, xs: k.rms_norm(
+        xs[0], _param(g, node, "scale"), float(node.attrs.get("epsilon", 1e-6))),
+    "rotary": lambda k, node, g, xs: k.rotary(xs[0], _param(g, node, "cos"),
+                                              _param(g, node, "sin"),
+                                              int(node.attrs["head_dim"])),
     "layer_norm": lambda k, node, g, xs: k.layer_norm(
         xs[0], _param(g, node, "scale"), _param(g, node, "bias"),
         float(node.attrs.get("epsilon", 1e-5))),

@@ -77,6 +77,8 @@ __all__ = [
     "relu",
     "requantize",
     "reshape",
+    "rms_norm",
+    "rotary",
     "slice_axis",
     "softmax",
     "take",
@@ -945,10 +947,22 @@ def check_batch_matmul_args(op: str, a: object, b: object, shift: object, relu: 
     return a, b, check_shift(op, shift), check_flag(op, "relu", relu)
 
 
-def softmax(x: NDArray[np.float32], axis: int = -1, *, xp: ModuleType = np
-            ) -> NDArray[np.float32]:
-    """Softmax along ``axis`` (:func:`compiler.graph.nn.softmax`)."""
-    return nn.softmax(x, axis, xp=xp)  # type: ignore[no-any-return]
+def softmax(x: NDArray[np.float32], axis: int = -1, causal: bool = False, *,
+            xp: ModuleType = np) -> NDArray[np.float32]:
+    """Softmax along ``axis``, causal or not (:func:`compiler.graph.nn.softmax`)."""
+    return nn.softmax(x, axis, xp=xp, causal=causal)  # type: ignore[no-any-return]
+
+
+def rms_norm(x: NDArray[np.float32], gamma: NDArray[np.float32], epsilon: float = 1e-6, *,
+             xp: ModuleType = np) -> NDArray[np.float32]:
+    """RMS normalisation over the last axis (:func:`compiler.graph.nn.rms_norm`)."""
+    return nn.rms_norm(x, gamma, epsilon, xp=xp)  # type: ignore[no-any-return]
+
+
+def rotary(x: NDArray[np.float32], cos: NDArray[np.float32], sin: NDArray[np.float32],
+           head_dim: int, *, xp: ModuleType = np) -> NDArray[np.float32]:
+    """Rotary position embedding (:func:`compiler.graph.nn.rotary`)."""
+    return nn.rotary(x, cos, sin, head_dim, xp=xp)  # type: ignore[no-any-return]
 
 
 def layer_norm(x: NDArray[np.float32], gamma: NDArray[np.float32], beta: NDArray[np.float32],

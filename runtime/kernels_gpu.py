@@ -42,6 +42,8 @@ __all__ = [
     "relu",
     "requantize",
     "reshape",
+    "rms_norm",
+    "rotary",
     "slice_axis",
     "softmax",
     "take",
@@ -148,6 +150,8 @@ avg_pool2d = _on_gpu(kernels.avg_pool2d)
 global_avg_pool = _on_gpu(kernels.global_avg_pool)
 softmax = _on_gpu(kernels.softmax)
 layer_norm = _on_gpu(kernels.layer_norm)
+rms_norm = _on_gpu(kernels.rms_norm)
+rotary = _on_gpu(kernels.rotary)
 gelu = _on_gpu(kernels.gelu)
 elementwise = _on_gpu(kernels.elementwise)
 where = _on_gpu(kernels.where)

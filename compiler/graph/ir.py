@@ -30,8 +30,9 @@ concat              axis (one or more inputs)
 ==================  =====================================================================
 
 dense takes inputs of any rank >= 2 (every axis but the last are rows). Float operators that
-stay float on the fallback (see :mod:`compiler.graph.nn`): softmax (axis), layer_norm (scale,
-bias params, epsilon), gelu (form ``erf`` / ``tanh``), sub / mul / div / pow / sqrt / erf /
+stay float on the fallback (see :mod:`compiler.graph.nn`): softmax (axis, causal), layer_norm
+(scale, bias params, epsilon), rms_norm (scale param, epsilon), rotary (cos, sin params,
+head_dim), gelu (form ``erf`` / ``tanh``), sub / mul / div / pow / sqrt / erf /
 tanh / sigmoid and a float add (broadcasting), where (condition param), reduce_mean / reduce_sum /
 reduce_max (axes, keepdims).
 

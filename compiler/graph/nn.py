@@ -7,8 +7,9 @@ the three agree by construction where the arithmetic is the same:
 - data movement (``transpose``, ``reshape``, ``take``, ``slice``, ``concat``, ``embedding``,
   and ``fold_window``, the gather of a convolution's windows into channels) is exact for any
   dtype, int8 included;
-- the float operators compute in float64 and return float32: ``softmax`` (max-subtracted),
-  ``layer_norm`` (mean and biased variance over the last axis), ``gelu`` (the erf form, or the
+- the float operators compute in float64 and return float32: ``softmax`` (max-subtracted;
+  causal, for decoders), ``layer_norm`` (mean and biased variance over the last axis),
+  ``rms_norm`` (Llama's), ``rotary`` (rotary position embedding), ``gelu`` (the erf form, or the
   tanh approximation), elementwise ``sub`` / ``mul`` / ``div`` / ``pow`` / ``sqrt`` / ``erf`` /
   ``tanh`` / ``sigmoid`` with numpy broadcasting, ``where`` and the reductions. numpy and CuPy
   round their float64 ``exp``, ``tanh``, ``erf`` and ``sqrt`` differently in the last bits at
@@ -31,8 +32,8 @@ from typing import Any
 import numpy as np
 
 __all__ = ["GELU_FORMS", "concat", "elementwise", "embedding", "erf", "fold_window", "gelu",
-           "layer_norm", "reduce", "reshape", "slice_axis", "softmax", "take", "transpose",
-           "where"]
+           "layer_norm", "reduce", "reshape", "rms_norm", "rotary", "slice_axis", "softmax",
+           "take", "transpose", "where"]
 
 GELU_FORMS = ("erf", "tanh")
 """``gelu``'s forms: ``x/2 (1 + erf(x / sqrt 2))`` and ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715
@@ -73,11 +74,73 @@ def erf(x: Any, xp: Any = np) -> Any:
     return _special("erf", x, xp)
 
 
-def softmax(x: Any, axis: int = -1, xp: Any = np) -> Any:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``; float32."""
+def softmax(x: Any, axis: int = -1, xp: Any = np, causal: bool = False) -> Any:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``; float32.
+
+    ``causal``: along the last axis, the row of query ``i`` (the second-last axis, ``Sq``
+    rows) sees the keys ``j <= i + Sk - Sq`` only (``Sk`` keys, the last ``Sq`` of them the
+    queries' own: a decoder's attention, with or without a KV cache), and is 0 on the others.
+    Its sum is sequential, read at the row's last visible key: the same additions in the same
+    order whatever the keys after it, so a row equals, bit for bit, the one row of a decoding
+    step that sees the same keys (numpy's pairwise sum regroups with the length, which can
+    change a float64 last bit).
+
+    Raises
+    ------
+    ValueError
+        ``causal`` along another axis than the last, or fewer keys than queries.
+    """
     x = _f64(x, xp)
-    e = xp.exp(x - x.max(axis=axis, keepdims=True))
-    return _f32(e / e.sum(axis=axis, keepdims=True), xp)
+    if not causal:
+        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        return _f32(e / e.sum(axis=axis, keepdims=True), xp)
+    if x.ndim < 2 or axis not in (-1, x.ndim - 1):
+        raise ValueError(f"causal softmax is along the last of at least two axes, got axis "
+                         f"{axis} of shape {tuple(x.shape)}")
+    sq, sk = x.shape[-2], x.shape[-1]
+    if sk < sq:
+        raise ValueError(f"causal softmax: {sk} keys for {sq} queries (needs keys >= queries)")
+    last = xp.arange(sq) + (sk - sq)  # each query's last visible key
+    visible = xp.arange(sk)[None, :] <= last[:, None]
+    top = xp.where(visible, x, -xp.inf).max(axis=-1, keepdims=True)
+    e = xp.where(visible, xp.exp(x - top), 0.0)
+    index = xp.broadcast_to(last[:, None], (*x.shape[:-1], 1))
+    total = xp.take_along_axis(xp.cumsum(e, axis=-1), index, axis=-1)
+    return _f32(e / total, xp)
+
+
+def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6, xp: Any = np) -> Any:
+    """``x / sqrt(mean(x^2) + epsilon) * gamma`` over the last axis (Llama's RMSNorm);
+    float32."""
+    x = _f64(x, xp)
+    ms = (x * x).mean(axis=-1, keepdims=True)
+    return _f32(x / xp.sqrt(ms + float(epsilon)) * _f64(gamma, xp), xp)
+
+
+def rotary(x: Any, cos: Any, sin: Any, head_dim: int, xp: Any = np) -> Any:
+    """Rotary position embedding of ``x`` (..., S, heads * head_dim), Llama's (GPT-NeoX)
+    half-split form: in each head, the pair ``(x[k], x[k + head_dim/2])`` of a token at
+    position ``p`` is rotated by the angle whose ``cos`` and ``sin`` (S, head_dim/2) give at
+    row ``p``; float32.
+
+    Raises
+    ------
+    ValueError
+        Tables of another shape, or a last axis that ``head_dim`` does not divide.
+    """
+    x = _f64(x, xp)
+    s, width, half = x.shape[-2], x.shape[-1], head_dim // 2
+    if head_dim % 2 or width % head_dim:
+        raise ValueError(f"rotary: head_dim {head_dim} must be even and divide {width}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if tuple(t.shape) != (s, half):
+            raise ValueError(f"rotary: {name} must have shape ({s}, {half}), got "
+                             f"{tuple(t.shape)}")
+    h = x.reshape(*x.shape[:-1], width // head_dim, head_dim)
+    c, n = _f64(cos, xp)[:, None, :], _f64(sin, xp)[:, None, :]
+    a, b = h[..., :half], h[..., half:]
+    y = xp.concatenate([a * c - b * n, b * c + a * n], axis=-1)
+    return _f32(y.reshape(x.shape), xp)
 
 
 def layer_norm(x: Any, gamma: Any, beta: Any, epsilon: float = 1e-5, xp: Any = np) -> Any:

@@ -297,6 +297,31 @@ def _infer_layer_norm(node: Node, ins: list[TensorType], graph: Graph) -> list[T
     return [TensorType(x.shape, "float32")]
 
 
+def _infer_rms_norm(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    if not _is_float(x.dtype):
+        raise _err(graph, node, f"rms_norm is a float operator, got {x}")
+    p = _param(graph, node, "scale")
+    if p is None or p.shape != (x.shape[-1],):
+        raise _err(graph, node, f"param 'scale' must have shape ({x.shape[-1]},)")
+    return [TensorType(x.shape, "float32")]
+
+
+def _infer_rotary(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    (x,) = ins
+    if not _is_float(x.dtype) or len(x.shape) < 2:
+        raise _err(graph, node, f"rotary is a float operator on (..., S, width), got {x}")
+    d = node.attrs.get("head_dim")
+    if not isinstance(d, int) or d < 2 or d % 2 or x.shape[-1] % d:
+        raise _err(graph, node, f"attribute 'head_dim' must be an even int dividing "
+                   f"{x.shape[-1]}, got {d!r}")
+    for key in ("cos", "sin"):
+        p = _param(graph, node, key)
+        if p is None or p.shape != (x.shape[-2], d // 2):
+            raise _err(graph, node, f"param {key!r} must have shape ({x.shape[-2]}, {d // 2})")
+    return [TensorType(x.shape, "float32")]
+
+
 def _infer_where(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
     cond = _param(graph, node, "condition")
     if cond is None:
@@ -495,6 +520,8 @@ OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("where", _I, 2, _infer_where),
     OpDef("softmax", _R, 1, _infer_float),
     OpDef("layer_norm", _R, 1, _infer_layer_norm),
+    OpDef("rms_norm", _R, 1, _infer_rms_norm),
+    OpDef("rotary", _I, 1, _infer_rotary),
     OpDef("reduce_mean", _R, 1, _infer_reduce),
     OpDef("reduce_sum", _R, 1, _infer_reduce),
     OpDef("reduce_max", _R, 1, _infer_reduce),

@@ -285,10 +285,15 @@ def _nn(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     """The operators of :mod:`compiler.graph.nn` (their one definition)."""
     a, op = node.attrs, node.op
     if op == "softmax":
-        return nn.softmax(args[0], int(a.get("axis", -1)))
+        return nn.softmax(args[0], int(a.get("axis", -1)), causal=bool(a.get("causal", False)))
     if op == "layer_norm":
         return nn.layer_norm(args[0], graph.params[a["scale"]], graph.params[a["bias"]],
                              float(a.get("epsilon", 1e-5)))
+    if op == "rms_norm":
+        return nn.rms_norm(args[0], graph.params[a["scale"]], float(a.get("epsilon", 1e-6)))
+    if op == "rotary":
+        return nn.rotary(args[0], graph.params[a["cos"]], graph.params[a["sin"]],
+                         int(a["head_dim"]))
     if op == "gelu":
         return nn.gelu(args[0], str(a.get("form", "erf")))
     if op in ("add", "sub", "mul", "div", "pow", "sqrt", "erf", "tanh", "sigmoid"):
@@ -337,8 +342,9 @@ _KERNELS: dict[str, _Kernel] = {
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "global_avg_pool": _global_avg_pool,
     "batch_norm": _batch_norm, "quantize": _quantize, "dequantize": _dequantize,
     "layout_pack": _identity, "layout_unpack": _identity, "constant": _constant,
-    **dict.fromkeys(("softmax", "layer_norm", "gelu", "sub", "mul", "div", "pow", "sqrt", "erf",
-                     "tanh", "sigmoid", "where", "reduce_mean", "reduce_sum", "reduce_max",
+    **dict.fromkeys(("softmax", "layer_norm", "rms_norm", "rotary", "gelu", "sub", "mul", "div",
+                     "pow", "sqrt", "erf", "tanh", "sigmoid", "where", "reduce_mean",
+                     "reduce_sum", "reduce_max",
                      "transpose", "reshape", "take", "slice", "concat", "embedding",
                      "fold_window"), _nn),
     # An integer add requantises; a float one broadcasts (ONNX's Add).

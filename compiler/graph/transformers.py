@@ -27,7 +27,9 @@ a float ``mul`` before the softmax.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +37,7 @@ from compiler.graph.ir import Graph, GraphError, Node, TensorType
 from compiler.graph.ops import OPS, infer_types
 from compiler.graph.reference import run_node
 
-__all__ = ["TRANSFORMERS", "BertConfig", "VitConfig", "bert", "vit"]
+__all__ = ["TRANSFORMERS", "BertConfig", "GraphBuilder", "VitConfig", "bert", "vit"]
 
 _PERCENTILE = 99.9
 
@@ -87,14 +89,34 @@ def _pick_shift(acc: np.ndarray) -> int:
     return shift
 
 
-class _Builder:
-    """Appends nodes to a graph while running the calibration input through them."""
+class GraphBuilder:
+    """Appends nodes to a graph while running the calibration input through them.
 
-    def __init__(self, name: str, seed: int) -> None:
+    With ``frozen`` (the :attr:`made` of an earlier builder), every weight, bias and shift is
+    taken from it by node name instead of drawn and calibrated, and nothing is run: a graph of
+    another shape with the same parameters and arithmetic (a decoder's prefill and its
+    decoding steps).
+    """
+
+    def __init__(self, name: str, seed: int, frozen: dict[str, Any] | None = None) -> None:
         self.rng = np.random.default_rng([seed, 0])
         self.graph = Graph(name, [], [], {}, [])
         self.act: dict[str, np.ndarray] = {}
         self.scale: dict[str, int] = {}
+        self.frozen = frozen
+        self.made: dict[str, Any] = {}
+        """Each weight, bias and calibrated shift, by ``node.what``: what ``frozen`` takes."""
+
+    def once(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()`` recorded under ``key``, or what ``frozen`` recorded there."""
+        if self.frozen is not None:
+            if key not in self.frozen:
+                raise GraphError(f"{self.graph.name}: no calibrated {key} (a graph of another "
+                                 "structure than the one calibrated)")
+            self.made[key] = self.frozen[key]
+        else:
+            self.made[key] = make()
+        return self.made[key]
 
     # ------------------------------------------------------------------ plumbing
     def input(self, name: str, value: np.ndarray, scale: int | None = None) -> str:
@@ -112,7 +134,8 @@ class _Builder:
         (out_t,) = OPS[op].infer(node, [self.graph.values[v] for v in inputs], self.graph)
         self.graph.nodes.append(node)
         self.graph.values[name] = out_t
-        self.act[name] = run_node(node, [self.act[v] for v in inputs], self.graph)
+        if self.frozen is None:
+            self.act[name] = run_node(node, [self.act[v] for v in inputs], self.graph)
         if scale is not None:
             self.scale[name] = scale
         return name
@@ -125,23 +148,39 @@ class _Builder:
         return self.rng.standard_normal(shape) / math.sqrt(fan_in)
 
     @staticmethod
-    def _quantize_weights(w: np.ndarray) -> tuple[np.ndarray, int]:
+    def quantize_weights(w: np.ndarray) -> tuple[np.ndarray, int]:
         s = _shift_for(float(np.max(np.abs(w))))
         return np.clip(np.rint(w * 2.0**s), -127, 127).astype(np.int8), s
 
     # ------------------------------------------------------------------ integer layers
-    def dense(self, name: str, x: str, out_features: int, out_scale: int | None = None) -> str:
-        """An int8 dense layer with bias; its shift from the calibration accumulators, or the
-        one that gives ``out_scale``."""
+    def dense(self, name: str, x: str, out_features: int, out_scale: int | None = None,
+              bias: bool = True, tied: tuple[str, int] | None = None) -> str:
+        """An int8 dense layer, with a bias unless ``bias`` is False; its shift from the
+        calibration accumulators, or the one that gives ``out_scale``. ``tied`` names the
+        graph's int8 ``(out_features, in)`` param that is its weight, with that param's scale
+        (a language model's head tied to its embedding table); else the weight is drawn."""
         k = self.graph.values[x].shape[-1]
-        w, s_w = self._quantize_weights(self._float_weights((out_features, k), k))
+
+        def make() -> tuple[np.ndarray | None, int, np.ndarray | None]:
+            w, s_w = (None, tied[1]) if tied else self.quantize_weights(
+                self._float_weights((out_features, k), k))
+            return w, s_w, self.rng.standard_normal(out_features) * 0.02 if bias else None
+
+        w, s_w, b = self.once(f"{name}.weight", make)
+        weight = tied[0] if tied else self.param(f"{name}.weight", w)
         s_acc = self.scale[x] + s_w
-        b = self.rng.standard_normal(out_features) * 0.02
-        bias = np.clip(np.rint(b * 2.0**s_acc), -(2**31), 2**31 - 1).astype(np.int32)
-        acc = self.act[x].astype(np.float64) @ w.astype(np.float64).T + bias
-        shift = _pick_shift(acc) if out_scale is None else max(0, s_acc - out_scale)
+        q = None if b is None else np.clip(np.rint(b * 2.0**s_acc), -(2**31),
+                                           2**31 - 1).astype(np.int32)
+
+        def calibrate() -> int:
+            if out_scale is not None:
+                return max(0, s_acc - out_scale)
+            acc = self.act[x].astype(np.float64) @ self.graph.params[weight].astype(np.float64).T
+            return _pick_shift(acc if q is None else acc + q)
+
+        shift = self.once(f"{name}.shift", calibrate)
         return self.emit(name, "dense", [x], {
-            "weight": self.param(f"{name}.weight", w), "bias": self.param(f"{name}.bias", bias),
+            "weight": weight, "bias": None if q is None else self.param(f"{name}.bias", q),
             "shift": shift, "relu": False}, scale=s_acc - shift)
 
     def batch_matmul(self, name: str, a: str, b: str, real_scale: float = 1.0) -> str:
@@ -149,8 +188,8 @@ class _Builder:
         the output's scale); the caller applies any other factor."""
         e = math.log2(real_scale)
         e = int(e) if e.is_integer() else 0
-        acc = self.act[a].astype(np.float64) @ self.act[b].astype(np.float64)
-        shift = _pick_shift(acc)
+        shift = self.once(f"{name}.shift", lambda: _pick_shift(
+            self.act[a].astype(np.float64) @ self.act[b].astype(np.float64)))
         return self.emit(name, "batch_matmul", [a, b], {"shift": shift, "relu": False},
                          scale=self.scale[a] + self.scale[b] - e - shift)
 
@@ -158,7 +197,8 @@ class _Builder:
         """The residual add of two int8 values at one scale."""
         if self.scale[a] != self.scale[b]:
             raise GraphError(f"{name}: operands at scales {self.scale[a]} and {self.scale[b]}")
-        shift = _pick_shift(self.act[a].astype(np.int64) + self.act[b].astype(np.int64))
+        shift = self.once(f"{name}.shift", lambda: _pick_shift(
+            self.act[a].astype(np.int64) + self.act[b].astype(np.int64)))
         return self.emit(name, "add", [a, b], {"shift": shift, "relu": False},
                          scale=self.scale[a] - shift)
 
@@ -171,14 +211,15 @@ class _Builder:
         return self.emit(f"{x}.dequantize", "dequantize", [x], {"scale_shift": self.scale[x]})
 
     def quantize(self, name: str, x: str) -> str:
-        s = _shift_for(float(np.max(np.abs(self.act[x]))))
+        s = self.once(f"{name}.shift", lambda: _shift_for(float(np.max(np.abs(self.act[x])))))
         return self.emit(name, "quantize", [x], {"scale_shift": s}, scale=s)
 
     def layer_norm(self, name: str, x: str) -> str:
         """dequantize -> layer_norm -> quantize."""
         h = self.graph.values[x].shape[-1]
-        gamma = (1.0 + 0.05 * self.rng.standard_normal(h)).astype(np.float32)
-        beta = (0.02 * self.rng.standard_normal(h)).astype(np.float32)
+        gamma, beta = self.once(f"{name}.ln", lambda: (
+            (1.0 + 0.05 * self.rng.standard_normal(h)).astype(np.float32),
+            (0.02 * self.rng.standard_normal(h)).astype(np.float32)))
         y = self.emit(f"{name}.ln", "layer_norm", [self.dequantize(x)], {
             "scale": self.param(f"{name}.gamma", gamma), "bias": self.param(f"{name}.beta", beta),
             "epsilon": 1e-12 if self.graph.name.startswith("bert") else 1e-6})
@@ -268,9 +309,9 @@ def bert(config: BertConfig, name: str = "bert", batch: int = 1, seq_len: int = 
             raise GraphError(f"{name}: {what} must be an int in 1..{top}, got {v!r}")
     if config.hidden % config.heads:
         raise GraphError(f"{name}: {config.heads} heads do not divide hidden {config.hidden}")
-    bld = _Builder(name, seed)
+    bld = GraphBuilder(name, seed)
     h = config.hidden
-    word, s_t = bld._quantize_weights(bld.rng.standard_normal((config.vocab, h)))
+    word, s_t = bld.quantize_weights(bld.rng.standard_normal((config.vocab, h)))
     position = bld.rng.standard_normal((config.max_positions, h))
     token_type = bld.rng.standard_normal(h)  # every token of segment 0
     pos = np.clip(np.rint((position[:seq_len] + token_type) * 2.0**s_t), -127, 127)
@@ -312,12 +353,12 @@ def vit(config: VitConfig, name: str = "vit", batch: int = 1, seed: int = 0) -> 
         raise GraphError(f"{name}: batch must be an int >= 1, got {batch!r}")
     if config.image_size % config.patch:
         raise GraphError(f"{name}: patch {config.patch} does not divide {config.image_size}")
-    bld = _Builder(name, seed)
+    bld = GraphBuilder(name, seed)
     h, size, patch = config.hidden, config.image_size, config.patch
     image = np.random.default_rng([seed, 1]).integers(-128, 128, (batch, 3, size, size))
     x = bld.input("data", image.astype(np.int8), scale=7)  # pixels in [-1, 1)
     fan_in = 3 * patch * patch
-    w, s_w = bld._quantize_weights(bld._float_weights((h, 3, patch, patch), fan_in))
+    w, s_w = bld.quantize_weights(bld._float_weights((h, 3, patch, patch), fan_in))
     acc_scale = bld.scale[x] + s_w
     from compiler.graph.reference import conv2d_acc
 

@@ -10,7 +10,8 @@ __all__ = ["INTEGER_FORMS", "PARAM_KEYS", "is_float_graph", "needs_quantization"
            "prune_params", "replace_uses"]
 
 #: Node attributes that name params.
-PARAM_KEYS = ("weight", "bias", "scale", "mean", "var", "value", "table", "indices", "condition")
+PARAM_KEYS = ("weight", "bias", "scale", "mean", "var", "value", "table", "indices", "condition",
+              "cos", "sin")
 
 
 def replace_uses(graph: Graph, old: str, new: str, after: int = 0) -> None:
