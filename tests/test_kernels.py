@@ -1052,7 +1052,11 @@ def test_transformer_kernels_match_numpy(device: ModuleType) -> None:
     x = (rng.standard_normal((3, 5, 96)) * 4).astype(np.float32)
     gamma = rng.standard_normal(96).astype(np.float32)
     beta = rng.standard_normal(96).astype(np.float32)
+    angle = np.arange(5)[:, None] * rng.uniform(0, 1, 16)[None, :]
+    cos, sin = np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
     for name, args in (("softmax", (x, -1)), ("layer_norm", (x, gamma, beta, 1e-12)),
+                       ("softmax", (x, -1, True)), ("rms_norm", (x, gamma, 1e-6)),
+                       ("rotary", (x, cos, sin, 32)),
                        ("gelu", (x, "erf")), ("gelu", (x, "tanh")),
                        ("elementwise", ("div", x, gamma + 9)), ("elementwise", ("erf", x)),
                        ("elementwise", ("sigmoid", x * 30)),
