@@ -332,29 +332,33 @@ class AxiDramBridge(wiring.Component):
                 m.d.sync += [v.eq(v - 1), one.eq(v == 2), nz.eq(v != 1)]
             return one, nz
 
+        lo_bits = (AXI_BOUNDARY - 1).bit_length()
+
         def geometry(entry: object, name: str) -> tuple[Signal, ...]:
-            """An entry's offset in its first beat, AXI beats, channel beats, AXI beats up to
-            the first 4 KB boundary (all of them when it crosses none) and last lane."""
+            """An entry's offset in its first beat, AXI beats, channel beats, last lane,
+            aligned address, and its AXI beats less one beside the beats up to the first 4 KB
+            boundary less one: the lengths as AXI writes them, one carry chain
+            (``(o + bytes - 1) >> shift``) and no chain (the inverted beat index inside the
+            page) from the entry."""
             o = Signal(obits, name=f"{name}_o")
             n_axi = Signal(beats_bits, name=f"{name}_n_axi")
             n_ch = Signal(beats_bits, name=f"{name}_n_ch")
-            first = Signal(beats_bits, name=f"{name}_first")
             end_lane = Signal(obits, name=f"{name}_end_lane")
             aligned = Signal(abits, name=f"{name}_aligned")
-            to_boundary = Signal(beats_bits + 1, name=f"{name}_to_boundary")
-            boundary_bits = (AXI_BOUNDARY - 1).bit_length()
             span = Signal(bytes_bits + shift + 1, name=f"{name}_span")
+            last = Signal(beats_bits, name=f"{name}_last")
+            room = Signal(lo_bits - shift, name=f"{name}_room")
             m.d.comb += [
                 o.eq(entry.addr[:shift] if shift else 0),
                 aligned.eq(Cat(Const(0, shift), entry.addr[shift:])),
                 span.eq(o + entry.bytes + (bpc - 1)),
                 n_axi.eq(span >> shift),
                 n_ch.eq((entry.bytes + (bpc - 1)) >> shift),
-                to_boundary.eq((AXI_BOUNDARY - aligned[:boundary_bits]) >> shift),
-                first.eq(Mux(n_axi > to_boundary, to_boundary, n_axi)),
                 end_lane.eq((o + entry.bytes - 1)[:obits] if shift else 0),
+                last.eq((o + entry.bytes - 1) >> shift),
+                room.eq(~aligned[shift:lo_bits]),
             ]
-            return o, n_axi, n_ch, first, end_lane, aligned
+            return o, n_axi, n_ch, end_lane, aligned, last, room
 
         # --- Address phase: the head entry's one or two bursts on AR or AW, from registers.
         # An entry leaves the queue into the output registers, its bursts' addresses and
@@ -362,8 +366,9 @@ class AxiDramBridge(wiring.Component):
         # pins); a second burst, where the entry crosses a 4 KB boundary, waits beside them.
         head = Signal(req_layout)
         m.d.comb += head.eq(addr_q.r_data)
-        _o, a_n_axi, _n_ch, a_first, _end, a_aligned = geometry(head, "a")
-        lo_bits = (AXI_BOUNDARY - 1).bit_length()
+        *_, a_aligned, a_last, a_room = geometry(head, "a")
+        a_cross = Signal(name="a_cross")         # two bursts: one carry chain and a compare
+        m.d.comb += a_cross.eq(a_last > a_room)
         # ``base`` is 4 KB aligned: it adds to the bits above the boundary only, and the second
         # burst starts at the boundary above the first. Its high bits and their successor are
         # registered here (``DRAM_BASE`` is written before ``START``, many cycles ahead).
@@ -376,7 +381,8 @@ class AxiDramBridge(wiring.Component):
         out_len = Signal(8)
         pend = Signal()                            # a second burst waits
         pend_addr = Signal(abits)
-        pend_len = Signal(8)
+        pend_last = Signal(beats_bits)             # the entry's beats less one, and those
+        pend_room = Signal(lo_bits - shift)        # up to the boundary less one
         for ch in ("ar", "aw"):
             m.d.comb += [
                 getattr(self, f"m_axi_{ch}id").eq(0),
@@ -402,14 +408,16 @@ class AxiDramBridge(wiring.Component):
             m.d.sync += [
                 out_valid.eq(1), out_write.eq(head.write),
                 out_addr.eq(Cat(a_aligned[:lo_bits], a_hi + base_hi)),
-                out_len.eq(a_first - 1),
-                pend.eq(a_first != a_n_axi),
+                out_len.eq(Mux(a_cross, a_room, a_last)),
+                pend.eq(a_cross),
                 pend_addr.eq(Cat(Const(0, lo_bits), a_hi + base_hi1)),
-                pend_len.eq(a_n_axi - a_first - 1),
+                pend_last.eq(a_last), pend_room.eq(a_room),
             ]
         with m.Elif(sent):
             with m.If(pend):
-                m.d.sync += [out_addr.eq(pend_addr), out_len.eq(pend_len), pend.eq(0)]
+                # The second burst's length from registers: the beats after the boundary.
+                m.d.sync += [out_addr.eq(pend_addr), out_len.eq(pend_last - pend_room - 1),
+                             pend.eq(0)]
             with m.Else():
                 m.d.sync += out_valid.eq(0)
 
@@ -437,7 +445,7 @@ class AxiDramBridge(wiring.Component):
         first_beat = Signal()                         # no AXI beat moved yet
         entry = Signal(req_layout)
         m.d.comb += entry.eq(data_q.r_data)
-        e_o, e_n_axi, e_n_ch, e_first, e_end, _aligned = geometry(entry, "d")
+        e_o, e_n_axi, e_n_ch, e_end, _aligned, e_last, e_room = geometry(entry, "d")
 
         load = Signal()                               # the next entry becomes the front
         moved = Signal()                              # an AXI beat moves
@@ -446,7 +454,21 @@ class AxiDramBridge(wiring.Component):
         # first burst (``wlast``).
         ax_one, ax_nz = countdown("left_axi", load, e_n_axi, moved)
         ch_one, ch_nz = countdown("left_ch", load, e_n_ch, strobe)
-        tf_one, _tf_nz = countdown("to_first", load, e_first, moved)
+        # Beats of the first burst after this one: loaded from the first burst's length as
+        # AXI writes it (one carry chain and a compare from the entry, as on AR/AW), its
+        # zero flag registered beside it; it stops at 0 (``tf_live``).
+        e_cross = Signal(name="d_cross")
+        m.d.comb += e_cross.eq(e_last > e_room)
+        tf_v = Signal(beats_bits, name="to_first")
+        tf_zero = Signal(name="to_first_zero")
+        tf_live = Signal(name="to_first_live")
+        with m.If(load):
+            m.d.sync += [tf_v.eq(Mux(e_cross, e_room, e_last)),
+                         tf_zero.eq(Mux(e_cross, e_room == 0, e_last == 0)), tf_live.eq(1)]
+        with m.Elif(moved & tf_live):
+            m.d.sync += [tf_v.eq(tf_v - 1), tf_zero.eq(tf_v == 1), tf_live.eq(tf_v != 0)]
+        tf_one = Signal()
+        m.d.comb += tf_one.eq(tf_zero & tf_live)
 
         # The write beats the accelerator sends, taken into a FIFO by a registered strobe
         # (``take``) while the front write has channel beats left to take and room is sure.
