@@ -58,6 +58,7 @@ __all__ = [
     "check_matmul_args",
     "check_pair",
     "check_shift",
+    "clip",
     "concat",
     "conv2d",
     "conv2d_acc",
@@ -951,6 +952,13 @@ def softmax(x: NDArray[np.float32], axis: int = -1, causal: bool = False, *,
             xp: ModuleType = np) -> NDArray[np.float32]:
     """Softmax along ``axis``, causal or not (:func:`compiler.graph.nn.softmax`)."""
     return nn.softmax(x, axis, xp=xp, causal=causal)  # type: ignore[no-any-return]
+
+
+def clip(x: NDArray[Any], low: float | None, high: float | None,
+         scale_shift: int | None = None, *, xp: ModuleType = np) -> NDArray[Any]:
+    """``x`` clamped to ``[low, high]``, on int8 at ``scale_shift``
+    (:func:`compiler.graph.nn.clip`)."""
+    return nn.clip(x, low, high, scale_shift, xp=xp)  # type: ignore[no-any-return]
 
 
 def rms_norm(x: NDArray[np.float32], gamma: NDArray[np.float32], epsilon: float = 1e-6, *,

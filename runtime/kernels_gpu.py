@@ -24,6 +24,7 @@ __all__ = [
     "available",
     "avg_pool2d",
     "batch_matmul",
+    "clip",
     "concat",
     "conv2d",
     "conv2d_acc",
@@ -151,6 +152,7 @@ global_avg_pool = _on_gpu(kernels.global_avg_pool)
 softmax = _on_gpu(kernels.softmax)
 layer_norm = _on_gpu(kernels.layer_norm)
 rms_norm = _on_gpu(kernels.rms_norm)
+clip = _on_gpu(kernels.clip)
 rotary = _on_gpu(kernels.rotary)
 gelu = _on_gpu(kernels.gelu)
 elementwise = _on_gpu(kernels.elementwise)

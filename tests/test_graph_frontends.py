@@ -427,3 +427,77 @@ def test_onnx_unsupported_attributes(op: str, inputs: list[str], attrs: dict[str
     node = helper.make_node(op, inputs, ["y"], **attrs)
     with pytest.raises(GraphError, match=message):
         import_onnx(_model([node], inits, [1, 3, 4, 4], [1, 3, 4, 4]))
+
+
+def _relu6_cnn(seed: int = 3) -> Any:
+    """conv -> Clip(0, 6) (ReLU6 as torch exports it: the bounds as constant inputs) -> conv
+    -> Clip(-1, 1), then global average pool and flatten."""
+    rng = np.random.default_rng(seed)
+    inits = {"w1": rng.normal(0, 0.6, (8, 3, 3, 3)), "w2": rng.normal(0, 0.3, (8, 8, 1, 1)),
+             "zero": np.array(0.0), "six": np.array(6.0), "lo": np.array(-1.0),
+             "hi": np.array(1.0)}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c1", "zero", "six"], ["r1"], name="relu6"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"], name="hardtanh"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["y"], name="flatten"),
+    ]
+    return _model(nodes, inits, ["N", 3, 12, 12], ["N", 8], "relu6_cnn")
+
+
+def test_clip_on_int8_is_clipping_the_reals_then_quantising() -> None:
+    """The int8 bounds are rint(bound * 2**s): the same as clamping the real values and
+    rounding them, for every int8 value and bounds that fall between grid points."""
+    from compiler.graph import nn
+
+    q = np.arange(-128, 128, dtype=np.int8)
+    for s, lo, hi in ((4, 0.0, 6.0), (2, -1.3, 0.7), (6, None, 1.01), (0, -200.0, 300.0)):
+        real = q.astype(np.float64) * 2.0**-s
+        want = np.clip(np.rint(nn.clip(real, lo, hi) * 2.0**s), -128, 127).astype(np.int8)
+        assert np.array_equal(nn.clip(q, lo, hi, s), want), (s, lo, hi)
+
+
+@needs_onnx
+def test_onnx_clip_relu6_imports_runs_and_agrees(cfg: HwConfig) -> None:
+    """Clip(0, 6) becomes a relu (fused into the conv on the accelerator) and a clip of 6;
+    the float import equals onnxruntime; the int8 network is bit-exact on the accelerator
+    against the numpy reference and close to onnxruntime; non-constant bounds are one
+    line."""
+    import accel
+
+    model = _relu6_cnn()
+    g = import_onnx(model, batch=4)
+    assert [(n.op, n.attrs.get("min"), n.attrs.get("max")) for n in g.nodes
+            if n.op in ("relu", "clip")] == [("relu", None, None), ("clip", None, 6.0),
+                                             ("clip", -1.0, 1.0)]
+    rng = np.random.default_rng(4)
+    x = rng.normal(0, 1, (4, 3, 12, 12)).astype(np.float32)
+    np.testing.assert_allclose(run_reference(g, {"x": x})["y"], _ort(model, x), atol=1e-5)
+    cal = [{"x": rng.normal(0, 1, (4, 3, 12, 12)).astype(np.float32)} for _ in range(4)]
+    exe = accel.compile(g, cfg, calibration=cal)
+    assert any(n.op == "clip" and n.attrs["scale_shift"] >= 0 for n in exe.graph.nodes)
+    out, report = exe.run(x, backend="sim", check=True)
+    assert report.check is True
+    want = _ort(model, x)
+    cos = (out["y"] * want).sum() / np.linalg.norm(out["y"]) / np.linalg.norm(want)
+    assert cos > 0.99, cos
+    bad = onnx.helper.make_model(onnx.helper.make_graph(
+        [helper.make_node("Clip", ["x", "x"], ["y"], name="clip_by_input")], "bad",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(GraphError, match=r"clip_by_input.*min 'x' must be a constant"):
+        import_onnx(bad)
+
+
+@needs_onnx
+def test_onnx_hard_swish_and_hard_sigmoid_match_onnxruntime() -> None:
+    """MobileNetV3's activations, as float operators on the fallback."""
+    nodes = [helper.make_node("HardSwish", ["x"], ["h"], name="hswish"),
+             helper.make_node("HardSigmoid", ["h"], ["y"], name="hsig", alpha=0.3, beta=0.4)]
+    model = _model(nodes, {}, ["N", 3, 5, 5], ["N", 3, 5, 5], "hard")
+    g = import_onnx(model, batch=2)
+    x = (np.random.default_rng(9).normal(0, 3, (2, 3, 5, 5))).astype(np.float32)
+    np.testing.assert_allclose(run_reference(g, {"x": x})["y"], _ort(model, x), atol=1e-6)

@@ -1049,6 +1049,8 @@ def test_transformer_kernels_match_numpy(device: ModuleType) -> None:
     same(device, "slice_axis", a, 3, 1, 20, 3)
     same(device, "concat", [a, a[:, :1]], 1)
     same(device, "embedding", rng.integers(0, 50, (2, 7)), rand_int8(rng, (50, 16)))
+    same(device, "clip", a, None, 6.0, 4)
+    same(device, "clip", a, -1.3, 0.7, 2)
     x = (rng.standard_normal((3, 5, 96)) * 4).astype(np.float32)
     gamma = rng.standard_normal(96).astype(np.float32)
     beta = rng.standard_normal(96).astype(np.float32)

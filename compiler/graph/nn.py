@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GELU_FORMS", "concat", "elementwise", "embedding", "erf", "fold_window", "gelu",
+__all__ = ["GELU_FORMS", "clip", "concat", "elementwise", "embedding", "erf", "fold_window", "gelu",
            "layer_norm", "reduce", "reshape", "rms_norm", "rotary", "slice_axis", "softmax",
            "take", "transpose", "where"]
 
@@ -107,6 +107,21 @@ def softmax(x: Any, axis: int = -1, xp: Any = np, causal: bool = False) -> Any:
     index = xp.broadcast_to(last[:, None], (*x.shape[:-1], 1))
     total = xp.take_along_axis(xp.cumsum(e, axis=-1), index, axis=-1)
     return _f32(e / total, xp)
+
+
+def clip(x: Any, low: float | None, high: float | None, scale_shift: int | None = None,
+         xp: Any = np) -> Any:
+    """``x`` clamped to ``[low, high]`` (None: no bound). On int8 (``scale_shift`` the
+    value's scale, real = int8 * 2**-s) the bounds are ``rint(bound * 2**s)`` within int8:
+    the same as clamping the real values and quantising, since rounding keeps order."""
+    if scale_shift is None:
+        y = xp.asarray(x)
+        lo = -xp.inf if low is None else float(low)
+        hi = xp.inf if high is None else float(high)
+        return xp.clip(y, lo, hi).astype(y.dtype)
+    bound = lambda v, d: d if v is None else int(min(127, max(-128, np.rint(  # noqa: E731
+        float(v) * 2.0 ** int(scale_shift)))))
+    return xp.clip(xp.asarray(x), bound(low, -128), bound(high, 127)).astype(xp.int8)
 
 
 def rms_norm(x: Any, gamma: Any, epsilon: float = 1e-6, xp: Any = np) -> Any:

@@ -16,6 +16,9 @@ MatMul              dense (any rank) when the right operand is a constant (K, N)
 Sub, Mul, Div, Pow  sub, mul, div, pow (float, broadcasting; constants become constant nodes)
 Sqrt, Erf, Tanh     sqrt, erf, tanh
 Sigmoid             sigmoid (float; SiLU as torch exports it is Sigmoid then Mul)
+Clip                clip (constant bounds; Clip(0, hi), ReLU6, as relu then clip of hi)
+HardSigmoid         mul, add of constants, clip(0, 1) (float)
+HardSwish           x * HardSigmoid(x) with alpha 1/6, beta 1/2 (float)
 Softmax             softmax (axis)
 LayerNormalization  layer_norm (last axis; Scale, B -> params)
 ReduceMean/Sum/Max  reduce_mean / reduce_sum / reduce_max (axes as attribute or input)
@@ -56,7 +59,7 @@ __all__ = ["SUPPORTED_OPS", "import_onnx"]
 SUPPORTED_OPS = ("Conv", "BatchNormalization", "Relu", "Add", "MaxPool", "AveragePool",
                  "GlobalAveragePool", "Flatten", "Gemm", "MatMul", "Reshape", "Constant",
                  "Identity", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Tanh", "Sigmoid",
-                 "Softmax",
+                 "Softmax", "Clip", "HardSigmoid", "HardSwish",
                  "LayerNormalization", "ReduceMean", "ReduceSum", "ReduceMax", "Transpose",
                  "Unsqueeze", "Squeeze", "Gather", "Concat", "Slice", "Split", "Cast", "Where",
                  "Shape", "Equal", "ConstantOfShape", "Range", "Expand", "Not", "Neg")
@@ -294,6 +297,49 @@ class _Importer:
 
     def op_relu(self, node: Any, a: dict[str, Any]) -> None:
         self.emit(node, "relu", [node.input[0]], {})
+
+    def op_clip(self, node: Any, a: dict[str, Any]) -> None:
+        """Clip with constant bounds (inputs from opset 11, attributes before); Clip(0, hi),
+        ReLU6 as torch exports it, is a ``relu`` (which fuses into the layer before it) and a
+        ``clip`` of the upper bound."""
+        bounds: list[float | None] = [a.get("min"), a.get("max")]
+        for i in (1, 2):
+            if len(node.input) > i and node.input[i]:
+                v = self.const(node, node.input[i], ("min", "max")[i - 1])
+                if v.size != 1:
+                    raise self.fail(node, f"{('min', 'max')[i - 1]} must be one number")
+                bounds[i - 1] = float(v.reshape(()))
+        lo, hi = (None if b is None else float(b) for b in bounds)
+        x = node.input[0]
+        if lo == 0.0:
+            x = self.emit(node, "relu", [x], {}, output=unique_name(self.types,
+                                                                    f"{node.output[0]}.relu"))
+            lo = None
+        self.emit(node, "clip", [x], {"min": lo, "max": hi})
+
+    def _scalar(self, node: Any, what: str, value: float) -> str:
+        """A float32 scalar constant for ``node`` (a constant node on first use)."""
+        name = unique_name(self.consts, f"{node.output[0]}.{what}")
+        self.consts[name] = np.array(value, np.float32)
+        return name
+
+    def _hard_sigmoid(self, node: Any, x: str, alpha: float, beta: float, out: str) -> str:
+        scaled = self.emit(node, "mul", [x, self._scalar(node, "alpha", alpha)], {},
+                           output=unique_name(self.types, f"{out}.scaled"))
+        shifted = self.emit(node, "add", [scaled, self._scalar(node, "beta", beta)], {},
+                            output=unique_name(self.types, f"{out}.shifted"))
+        return self.emit(node, "clip", [shifted], {"min": 0.0, "max": 1.0}, output=out)
+
+    def op_hardsigmoid(self, node: Any, a: dict[str, Any]) -> None:
+        """``clip(alpha x + beta, 0, 1)``, float on the fallback."""
+        self._hard_sigmoid(node, node.input[0], float(a.get("alpha", 0.2)),
+                           float(a.get("beta", 0.5)), node.output[0])
+
+    def op_hardswish(self, node: Any, a: dict[str, Any]) -> None:
+        """``x * hard_sigmoid(x)`` with alpha 1/6 and beta 1/2, float on the fallback."""
+        gate = self._hard_sigmoid(node, node.input[0], 1.0 / 6.0, 0.5,
+                                  unique_name(self.types, f"{node.output[0]}.gate"))
+        self.emit(node, "mul", [node.input[0], gate], {})
 
     def op_add(self, node: Any, a: dict[str, Any]) -> None:
         self.emit(node, "add", [node.input[0], node.input[1]], {})

@@ -18,6 +18,7 @@ Categories (TVM, OSDI'18, §3):
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -414,6 +415,22 @@ def _infer_same(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorT
     return [TensorType(ins[0].shape, ins[0].dtype)]
 
 
+def _infer_clip(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
+    """``clip``: attrs ``min`` / ``max`` (real numbers, either None), and ``scale_shift``
+    on int8 (the value's scale, which the bounds are rounded at)."""
+    (x,) = ins
+    lo, hi = node.attrs.get("min"), node.attrs.get("max")
+    for key, v in (("min", lo), ("max", hi)):
+        if v is not None and not (isinstance(v, int | float) and math.isfinite(v)):
+            raise _err(graph, node, f"attribute {key!r} must be a finite number or None, got "
+                       f"{v!r}")
+    if lo is not None and hi is not None and lo > hi:
+        raise _err(graph, node, f"min {lo} is above max {hi}")
+    if x.dtype == "int8" and not isinstance(node.attrs.get("scale_shift"), int):
+        raise _err(graph, node, "an int8 clip needs its value's 'scale_shift'")
+    return [TensorType(x.shape, x.dtype)]
+
+
 def _infer_flatten(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorType]:
     (x,) = ins
     if len(x.shape) < 2:
@@ -532,6 +549,7 @@ OPS: dict[str, OpDef] = {d.name: d for d in (
     OpDef("concat", _I, -1, _infer_concat),
     OpDef("embedding", _I, 1, _infer_embedding),
     OpDef("relu", _I, 1, _infer_same),
+    OpDef("clip", _I, 1, _infer_clip),
     OpDef("flatten", _I, 1, _infer_flatten),
     OpDef("max_pool2d", _R, 1, _infer_pool),
     OpDef("avg_pool2d", _R, 1, _infer_pool),

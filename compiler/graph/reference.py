@@ -289,6 +289,9 @@ def _nn(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     if op == "layer_norm":
         return nn.layer_norm(args[0], graph.params[a["scale"]], graph.params[a["bias"]],
                              float(a.get("epsilon", 1e-5)))
+    if op == "clip":
+        return nn.clip(args[0], a.get("min"), a.get("max"), a.get("scale_shift")
+                       if args[0].dtype == np.int8 else None)
     if op == "rms_norm":
         return nn.rms_norm(args[0], graph.params[a["scale"]], float(a.get("epsilon", 1e-6)))
     if op == "rotary":
@@ -342,8 +345,8 @@ _KERNELS: dict[str, _Kernel] = {
     "max_pool2d": _max_pool2d, "avg_pool2d": _avg_pool2d, "global_avg_pool": _global_avg_pool,
     "batch_norm": _batch_norm, "quantize": _quantize, "dequantize": _dequantize,
     "layout_pack": _identity, "layout_unpack": _identity, "constant": _constant,
-    **dict.fromkeys(("softmax", "layer_norm", "rms_norm", "rotary", "gelu", "sub", "mul", "div",
-                     "pow", "sqrt", "erf", "tanh", "sigmoid", "where", "reduce_mean",
+    **dict.fromkeys(("clip", "softmax", "layer_norm", "rms_norm", "rotary", "gelu", "sub",
+                     "mul", "div", "pow", "sqrt", "erf", "tanh", "sigmoid", "where", "reduce_mean",
                      "reduce_sum", "reduce_max",
                      "transpose", "reshape", "take", "slice", "concat", "embedding",
                      "fold_window"), _nn),

@@ -53,7 +53,7 @@ Calibration = Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]]
 
 #: Operators that only move or select values: an int8 input gives an int8 output at the same
 #: scale. Between integer operators they stay integer; between float ones, float.
-_SAME_SCALE = ("relu", "max_pool2d", "avg_pool2d", "global_avg_pool", "flatten", "reshape",
+_SAME_SCALE = ("relu", "clip", "max_pool2d", "avg_pool2d", "global_avg_pool", "flatten", "reshape",
                "transpose", "take", "slice", "concat")
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -320,6 +320,9 @@ def quantize(graph: Graph, calibration: Calibration) -> Graph:
     for v, t in list(g.values.items()):
         if v not in g.inputs and v in int8_values:
             g.values[v] = TensorType(t.shape, "int8", t.layout)
+    for n in g.nodes:  # an int8 clip rounds its bounds at its value's scale
+        if n.op == "clip" and n.outputs[0] in int8_values:
+            n.attrs["scale_shift"] = int(final[n.outputs[0]])
     prune_params(g)
     g = infer_types(g)
     g.attrs["quantization"] = {"scale_shift": {
