@@ -100,7 +100,8 @@ _FALLBACK: dict[str, FallbackFn] = {
     "clip": lambda k, node, g, xs: k.clip(
         xs[0], node.attrs.get("min"), node.attrs.get("max"),
         node.attrs.get("scale_shift") if xs[0].dtype == np.int8 else None),
-    "max_pool2d": lambda k, node, g, xs: k.max_pool2d(xs[0], *_pool_args(node)),
+    "max_pool2d": lambda k, node, g, xs: k.max_pool2d(xs[0], *_pool_args(node),
+                                                      bool(node.attrs.get("ceil_mode"))),
     "avg_pool2d": lambda k, node, g, xs: k.avg_pool2d(xs[0], *_pool_args(node)),
     "global_avg_pool": lambda k, node, g, xs: k.global_avg_pool(xs[0]),
     "flatten": _flatten,

@@ -749,10 +749,12 @@ def pool_windows(
 
 
 def max_pool2d(
-    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0, *,
-    xp: ModuleType = np,
+    x: NDArray[np.int8], kernel: Pair, stride: Pair | None = None, padding: Pair = 0,
+    ceil_mode: bool = False, *, xp: ModuleType = np,
 ) -> NDArray[np.int8]:
-    """2-D max pooling; padding cells hold -128, so they never beat a real value.
+    """2-D max pooling; padding cells hold -128, so they never beat a real value. With
+    ``ceil_mode`` the output has ONNX's ceil-mode size (:func:`compiler.graph.nn.ceil_extra`:
+    more -128 cells below and right).
 
     Parameters
     ----------
@@ -777,6 +779,13 @@ def max_pool2d(
         Wrong ndim, kernel or stride < 1, padding < 0 or >= kernel, kernel larger than the
         padded input.
     """
+    if ceil_mode:
+        x = check_array("max_pool2d", "x", x, np.int8, 4, "NCHW", xp)
+        k_hw = check_pair("max_pool2d", "kernel", kernel, 1)
+        s_hw = k_hw if stride is None else check_pair("max_pool2d", "stride", stride, 1)
+        eh, ew = nn.ceil_extra(x.shape[2:], k_hw, s_hw,
+                               check_pair("max_pool2d", "padding", padding, 0))
+        x = xp.pad(x, ((0, 0), (0, 0), (0, eh), (0, ew)), constant_values=np.int8(_INT8_MIN))
     windows = pool_windows("max_pool2d", x, kernel, stride, padding, _INT8_MIN, xp)
     return windows.max(axis=(4, 5))
 

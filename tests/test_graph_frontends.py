@@ -501,3 +501,35 @@ def test_onnx_hard_swish_and_hard_sigmoid_match_onnxruntime() -> None:
     g = import_onnx(model, batch=2)
     x = (np.random.default_rng(9).normal(0, 3, (2, 3, 5, 5))).astype(np.float32)
     np.testing.assert_allclose(run_reference(g, {"x": x})["y"], _ort(model, x), atol=1e-6)
+
+
+@needs_onnx
+@pytest.mark.parametrize(("size", "kernel", "stride", "pad"), [
+    (13, 3, 2, 0), (14, 3, 2, 0), (12, 2, 2, 0), (11, 3, 2, 1), (10, 3, 3, 1), (7, 3, 1, 0)])
+def test_onnx_max_pool_ceil_mode_matches_onnxruntime(size: int, kernel: int, stride: int,
+                                                     pad: int) -> None:
+    """SqueezeNet's and GoogLeNet's pools: the output size and values of ceil_mode=1 (a last
+    window that starts in the bottom padding is dropped), float and int8."""
+    node = helper.make_node("MaxPool", ["x"], ["y"], name="pool", kernel_shape=[kernel] * 2,
+                            strides=[stride] * 2, pads=[pad] * 4, ceil_mode=1)
+    want_hw = -(-(size + 2 * pad - kernel) // stride) + 1
+    if (want_hw - 1) * stride >= size + pad:
+        want_hw -= 1
+    model = _model([node], {}, ["N", 2, size, size], ["N", 2, want_hw, want_hw], "ceil")
+    g = import_onnx(model, batch=1)
+    x = np.random.default_rng(size).normal(0, 1, (1, 2, size, size)).astype(np.float32)
+    want = _ort(model, x)
+    assert want.shape[2:] == (want_hw, want_hw)
+    np.testing.assert_array_equal(run_reference(g, {"x": x})["y"], want)
+    q = np.random.default_rng(1).integers(-128, 128, (1, 2, size, size)).astype(np.int8)
+    got = kernels.max_pool2d(q, (kernel, kernel), (stride, stride), (pad, pad), True)
+    assert got.shape == (1, 2, want_hw, want_hw)
+    np.testing.assert_array_equal(got, run_reference(_int_pool_graph(g), {"x": q})["y"])
+
+
+def _int_pool_graph(g: Graph) -> Graph:
+    """``g`` (one pool node) on an int8 input."""
+    t = g.values["x"]
+    out = Graph("int_pool", ["x"], ["y"], {}, [g.nodes[0]])
+    out.values["x"] = TensorType(t.shape, "int8", t.layout)
+    return infer_types(out)

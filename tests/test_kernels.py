@@ -894,6 +894,7 @@ def test_pools_random_shapes(device: ModuleType, seed: int) -> None:
         same(device, name, x, (kh, kw), stride, (ph, pw))
     if kh == kw and ph == pw:
         same(device, "max_pool2d", x, kh, None, ph)
+    same(device, "max_pool2d", x, (kh, kw), stride, (ph, pw), True)  # ceil_mode
     same(device, "global_avg_pool", x)
 
 

@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GELU_FORMS", "clip", "concat", "elementwise", "embedding", "erf", "fold_window", "gelu",
-           "layer_norm", "reduce", "reshape", "rms_norm", "rotary", "slice_axis", "softmax",
-           "take", "transpose", "where"]
+__all__ = ["GELU_FORMS", "ceil_extra", "clip", "concat", "elementwise", "embedding", "erf",
+           "fold_window", "gelu", "layer_norm", "reduce", "reshape", "rms_norm", "rotary",
+           "slice_axis", "softmax", "take", "transpose", "where"]
 
 GELU_FORMS = ("erf", "tanh")
 """``gelu``'s forms: ``x/2 (1 + erf(x / sqrt 2))`` and ``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715
@@ -107,6 +107,21 @@ def softmax(x: Any, axis: int = -1, xp: Any = np, causal: bool = False) -> Any:
     index = xp.broadcast_to(last[:, None], (*x.shape[:-1], 1))
     total = xp.take_along_axis(xp.cumsum(e, axis=-1), index, axis=-1)
     return _f32(e / total, xp)
+
+
+def ceil_extra(in_hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+               padding: Sequence[int]) -> tuple[int, int]:
+    """Cells to add below and right of a padded input so that the floor-mode window count is
+    ONNX's and PyTorch's ``ceil_mode`` count: ``ceil((H + 2p - k) / s) + 1``, less one where the
+    last window would start in the bottom (right) padding."""
+    extra = []
+    for h, k, s, p in zip(in_hw, kernel, stride, padding, strict=True):
+        padded = h + 2 * p
+        n = -(-(padded - k) // s) + 1
+        if (n - 1) * s >= h + p:
+            n -= 1
+        extra.append(max(0, (n - 1) * s + k - padded))
+    return extra[0], extra[1]
 
 
 def clip(x: Any, low: float | None, high: float | None, scale_shift: int | None = None,

@@ -6,7 +6,7 @@ Supported operators and how they map:
 Conv                conv2d (2-D, symmetric pads, dilations 1, any group); W, B -> params
 BatchNormalization  batch_norm (inference form); scale, B, mean, var -> params
 Relu, Add           relu, add (an operand that is a constant becomes a ``constant`` node)
-MaxPool             max_pool2d (symmetric pads, ceil_mode 0, dilations 1)
+MaxPool             max_pool2d (symmetric pads, ceil_mode 0 or 1, dilations 1)
 AveragePool         avg_pool2d (count_include_pad=1, or no padding)
 GlobalAveragePool   global_avg_pool
 Flatten             flatten (axis 1)
@@ -263,8 +263,8 @@ class _Importer:
             raise self.fail(node, f"{what}: only symmetric 2-D pads are supported, got {pads}")
         if any(d != 1 for d in a.get("dilations", [1, 1])):
             raise self.fail(node, f"dilations {list(a['dilations'])} are not supported")
-        if a.get("ceil_mode", 0):
-            raise self.fail(node, "ceil_mode=1 is not supported")
+        if a.get("ceil_mode", 0) and node.op_type != "MaxPool":
+            raise self.fail(node, "ceil_mode=1 is supported on MaxPool only")
         strides = list(a.get("strides", [1, 1]))
         return (int(strides[0]), int(strides[1])), (int(pads[0]), int(pads[1]))
 
@@ -349,8 +349,10 @@ class _Importer:
             raise self.fail(node, "the Indices output is not supported")
         stride, padding = self.spatial(node, a, "MaxPool")
         kernel = tuple(int(k) for k in a["kernel_shape"])
-        self.emit(node, "max_pool2d", [node.input[0]],
-                  {"kernel": kernel, "stride": stride, "padding": padding})
+        attrs: dict[str, Any] = {"kernel": kernel, "stride": stride, "padding": padding}
+        if a.get("ceil_mode", 0):
+            attrs["ceil_mode"] = True
+        self.emit(node, "max_pool2d", [node.input[0]], attrs)
 
     def op_averagepool(self, node: Any, a: dict[str, Any]) -> None:
         stride, padding = self.spatial(node, a, "AveragePool")

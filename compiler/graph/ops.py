@@ -446,7 +446,15 @@ def _infer_pool(node: Node, ins: list[TensorType], graph: Graph) -> list[TensorT
     padding = _pair(graph, node, "padding", 0)
     if padding[0] >= kernel[0] or padding[1] >= kernel[1]:
         raise _err(graph, node, f"padding {padding} must be smaller than the kernel {kernel}")
-    oh, ow = _window(graph, node, x.shape[2:], kernel, stride, padding)
+    hw = x.shape[2:]
+    if node.attrs.get("ceil_mode"):
+        if node.op != "max_pool2d":
+            raise _err(graph, node, "ceil_mode is supported on max_pool2d only")
+        from compiler.graph.nn import ceil_extra
+
+        extra = ceil_extra(hw, kernel, stride, padding)
+        hw = (hw[0] + extra[0], hw[1] + extra[1])
+    oh, ow = _window(graph, node, hw, kernel, stride, padding)
     return [TensorType((x.shape[0], x.shape[1], oh, ow), x.dtype)]
 
 

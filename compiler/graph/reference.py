@@ -238,7 +238,11 @@ def _pool_args(node: Node) -> tuple[tuple[int, int], tuple[int, int], tuple[int,
 def _max_pool2d(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
     (x,) = args
     low = -128 if _is_int(x) else -np.inf
-    return _windows(x, *_pool_args(node), low).max(axis=(4, 5))
+    kernel, stride, padding = _pool_args(node)
+    if node.attrs.get("ceil_mode"):
+        eh, ew = nn.ceil_extra(x.shape[2:], kernel, stride, padding)
+        x = np.pad(x, ((0, 0), (0, 0), (0, eh), (0, ew)), constant_values=low)
+    return _windows(x, kernel, stride, padding, low).max(axis=(4, 5))
 
 
 def _avg_pool2d(node: Node, args: list[np.ndarray], graph: Graph) -> np.ndarray:
