@@ -533,3 +533,21 @@ def _int_pool_graph(g: Graph) -> Graph:
     out = Graph("int_pool", ["x"], ["y"], {}, [g.nodes[0]])
     out.values["x"] = TensorType(t.shape, "int8", t.layout)
     return infer_types(out)
+
+
+@needs_onnx
+def test_a_bias_that_int32_cannot_hold_at_the_accumulator_scale_lowers_the_weights(
+        cfg: HwConfig) -> None:
+    """Inputs near 1e-10 give the accumulator a scale near 2**40, where a bias of 0.5 is far
+    past int32: it was clipped to about 2e-3 (GoogLeNet's logits with random weights were
+    wrong); the weight scale is lowered instead, and the output is the bias it should be."""
+    rng = np.random.default_rng(12)
+    inits = {"w": rng.normal(0, 0.3, (4, 16)), "b": np.array([0.5, -0.25, 0.125, 1.0])}
+    model = _model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc", transB=1)],
+                   inits, ["N", 16], ["N", 4], "tiny_inputs")
+    g = import_onnx(model, batch=8)
+    cal = {"x": (rng.normal(0, 1e-10, (8, 16))).astype(np.float32)}
+    o = optimize(g, cfg, calibration=cal)
+    x = (rng.normal(0, 1e-10, (8, 16))).astype(np.float32)
+    got, want = run_reference(o, {"x": x})["y"], _ort(model, x)
+    np.testing.assert_allclose(got, want, rtol=0.02)

@@ -27,7 +27,8 @@ output scale lowered as for dense. The shift of a conv2d / dense: the int32 accu
 ``r * 2**(s_in + s_w)``, so
 ``shift = s_in + s_w - s_out``. A negative shift (output finer than the accumulator) cannot be
 done by a right shift, so the output scale is lowered to ``s_in + s_w`` instead; a shift above
-31 lowers ``s_w``. The float bias becomes ``rint(b * 2**(s_in + s_w))`` in int32, plus
+31 lowers ``s_w``, and so does a bias that would not fit int32 at ``s_in + s_w``. The float
+bias becomes ``rint(b * 2**(s_in + s_w))`` in int32, plus
 ``2**(shift - 1)`` when ``shift > 0``: the accumulator's floor shift then rounds to nearest
 (half up) instead of always down. ``quantize`` nodes enter at the graph inputs (named
 ``<x>.quantize``, output ``<x>.q``) and ``dequantize`` nodes leave at the int8 outputs (the
@@ -182,10 +183,20 @@ def _quantize_layer(g: Graph, n: Node, s_in: int, s_out: int) -> None:
         s_w -= shift - 31
         shift = 31
     assert shift >= 0, "scales were solved so that shifts are non-negative"
-    g.params[n.attrs["weight"]] = np.clip(np.rint(w * 2.0**s_w), -127, 127).astype(np.int8)
     old_bias = n.attrs.get("bias")
     b = np.zeros(w.shape[0]) if old_bias is None else g.params[old_bias].astype(np.float64)
-    qb = np.rint(b * 2.0 ** (s_in + s_w)) + (2 ** (shift - 1) if shift > 0 else 0)
+
+    def int_bias() -> np.ndarray:
+        return np.rint(b * 2.0 ** (s_in + s_w)) + (2 ** (shift - 1) if shift > 0 else 0)
+
+    # A bias that the accumulator's scale would push past int32 (activations that have all
+    # but vanished, as in a randomly initialised GoogLeNet, leave a very fine input scale):
+    # a coarser weight scale, not a clipped bias, which would be wrong by orders of magnitude.
+    qb = int_bias()
+    while shift > 0 and b.size and np.abs(qb).max() > _INT32[1]:
+        s_w, shift = s_w - 1, shift - 1
+        qb = int_bias()
+    g.params[n.attrs["weight"]] = np.clip(np.rint(w * 2.0**s_w), -127, 127).astype(np.int8)
     b_name = old_bias if old_bias is not None else unique_name(g.params, f"{n.name}.bias")
     g.params[b_name] = np.clip(qb, *_INT32).astype(np.int32)
     attrs = {"weight": n.attrs["weight"], "bias": b_name}
