@@ -181,6 +181,24 @@ def test_random_programs_with_random_stalls(tmp_path: Path, tiny: HwConfig) -> N
 
 @needs_cocotb
 @pytest.mark.slow
+@pytest.mark.parametrize("changes", [
+    {"dram.max_outstanding": 1},                            # one transaction at a time
+    {"dram.bytes_per_cycle": 16, "dram.max_burst": 256},   # a 128-bit bus, 16-beat bursts
+    {"core.batch": 2},                                      # two rows per GEMM
+], ids=["outstanding1", "bus128", "batch2"])
+def test_random_programs_on_other_machines(tmp_path: Path, tiny: HwConfig,
+                                           changes: dict) -> None:
+    """The random programs with random stalls on machines whose bridge differs: one
+    outstanding transaction, a 16-byte data bus, a batch of two."""
+    cfg = tiny.replace(**changes)
+    rng = np.random.default_rng(57)
+    programs = [random_program(cfg, numpy_pick(rng)) for _ in range(3)]
+    results = _run_programs(tmp_path, cfg, programs, 0.3, bases=(0, (1 << 20) + 4096))
+    assert len(results) == 3
+
+
+@needs_cocotb
+@pytest.mark.slow
 @pytest.mark.parametrize("stall", [0.0, 0.2])
 def test_resnet18_layer_through_the_wrapped_design(tmp_path: Path, cfg: HwConfig,
                                                    stall: float) -> None:
