@@ -109,14 +109,13 @@ class GraphBuilder:
 
     def once(self, key: str, make: Callable[[], Any]) -> Any:
         """``make()`` recorded under ``key``, or what ``frozen`` recorded there."""
-        if self.frozen is not None:
-            if key not in self.frozen:
-                raise GraphError(f"{self.graph.name}: no calibrated {key} (a graph of another "
-                                 "structure than the one calibrated)")
-            self.made[key] = self.frozen[key]
-        else:
+        if self.frozen is None:
             self.made[key] = make()
-        return self.made[key]
+            return self.made[key]
+        if key not in self.frozen:
+            raise GraphError(f"{self.graph.name}: no calibrated {key} (a graph of another "
+                             "structure than the one calibrated)")
+        return self.frozen[key]
 
     # ------------------------------------------------------------------ plumbing
     def input(self, name: str, value: np.ndarray, scale: int | None = None) -> str:
